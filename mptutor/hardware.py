@@ -1,0 +1,447 @@
+"""What this machine can do for mixed precision: CPU, GPUs, Tensor Cores, BF16/FP8, versions.
+
+Framework versions are read from the installed package metadata, so reporting them imports no
+framework. Only the GPU probe imports one: PyTorch if it is installed (to ask CUDA), otherwise
+``nvidia-smi`` is asked if it is on the PATH.
+
+Examples
+--------
+>>> from mptutor import hardware
+>>> hardware.report()  # doctest: +SKIP
+>>> batch = hardware.pick(cpu=32, gpu=256)  # small on a CPU, full size on a GPU
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from importlib.util import find_spec
+from typing import Any, TypeVar
+
+__all__ = [
+    "GpuInfo",
+    "HardwareReport",
+    "report",
+    "gpus",
+    "has_gpu",
+    "pick",
+    "framework_versions",
+    "cpu_name",
+    "cpu_features",
+    "architecture",
+]
+
+T = TypeVar("T")
+
+#: Import names whose versions the report lists, in this order.
+REPORTED_PACKAGES: tuple[str, ...] = (
+    "numpy",
+    "ml_dtypes",
+    "torch",
+    "tensorflow",
+    "keras",
+    "mxnet",
+    "jax",
+)
+
+#: First compute capability of each NVIDIA architecture that has Tensor Cores.
+_ARCHITECTURES: tuple[tuple[tuple[int, int], str], ...] = (
+    ((10, 0), "Blackwell"),
+    ((9, 0), "Hopper"),
+    ((8, 9), "Ada Lovelace"),
+    ((8, 0), "Ampere"),
+    ((7, 5), "Turing"),
+    ((7, 0), "Volta"),
+)
+
+#: CPU flags (from /proc/cpuinfo) that speed up low-precision arithmetic on a CPU.
+_CPU_FLAGS: tuple[str, ...] = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+
+
+def architecture(compute_capability: tuple[int, int]) -> str:
+    """Name the NVIDIA architecture of a compute capability.
+
+    Parameters
+    ----------
+    compute_capability : tuple of int
+        ``(major, minor)``, e.g. ``(9, 0)``.
+
+    Returns
+    -------
+    str
+        ``"Hopper"``, ``"Ampere"``, ... or ``"pre-Volta"`` for GPUs without Tensor Cores.
+    """
+    for first, name in _ARCHITECTURES:
+        if tuple(compute_capability) >= first:
+            return name
+    return "pre-Volta"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU and the low-precision arithmetic it supports.
+
+    Attributes
+    ----------
+    index : int
+        CUDA device index.
+    name : str
+        Device name, e.g. ``"NVIDIA H100 80GB HBM3"``.
+    compute_capability : tuple of int
+        ``(major, minor)``.
+    memory_gib : float
+        Total device memory in GiB.
+    """
+
+    index: int
+    name: str
+    compute_capability: tuple[int, int]
+    memory_gib: float
+
+    @property
+    def architecture(self) -> str:
+        """Architecture name, see :func:`architecture`."""
+        return architecture(self.compute_capability)
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Whether the GPU has Tensor Cores (Volta, compute capability 7.0, and later)."""
+        return self.compute_capability >= (7, 0)
+
+    @property
+    def bf16(self) -> bool:
+        """Whether the Tensor Cores take BF16 (Ampere, 8.0, and later)."""
+        return self.compute_capability >= (8, 0)
+
+    @property
+    def tf32(self) -> bool:
+        """Whether FP32 matrix products can run as TF32 on Tensor Cores (8.0 and later)."""
+        return self.compute_capability >= (8, 0)
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the Tensor Cores take FP8 (Ada 8.9, Hopper 9.0 and later)."""
+        return self.compute_capability >= (8, 9)
+
+
+@dataclass
+class HardwareReport:
+    """What this machine offers; printed as a short block at the top of each notebook.
+
+    Attributes
+    ----------
+    python : str
+        Python version.
+    system : str
+        Operating system and machine type.
+    cpu : str
+        CPU model name.
+    cpu_count : int
+        Logical CPU cores.
+    cpu_features : dict of str to bool
+        Selected CPU flags (AVX-512 BF16/FP16, AMX).
+    gpus : list of GpuInfo
+        CUDA GPUs found (empty on a CPU-only machine).
+    packages : dict of str to str or None
+        Versions of the reported packages, ``None`` for those not installed.
+    cuda : str or None
+        CUDA version PyTorch was built with, if PyTorch was asked.
+    driver : str or None
+        NVIDIA driver version, if ``nvidia-smi`` answered.
+    """
+
+    python: str
+    system: str
+    cpu: str
+    cpu_count: int
+    cpu_features: dict[str, bool]
+    gpus: list[GpuInfo] = field(default_factory=list)
+    packages: dict[str, str | None] = field(default_factory=dict)
+    cuda: str | None = None
+    driver: str | None = None
+
+    @property
+    def device(self) -> str:
+        """``"cuda"`` when a GPU is present and not hidden by ``MPTUTOR_DEVICE=cpu``, else ``"cpu"``."""
+        return "cuda" if self.gpus and os.environ.get("MPTUTOR_DEVICE", "").lower() != "cpu" else "cpu"
+
+    def summary(self) -> str:
+        """One line naming the device that notebooks will use.
+
+        Returns
+        -------
+        str
+            E.g. ``"GPU: NVIDIA H100 80GB HBM3 (Hopper, sm_90)"`` or ``"CPU: <model>, 2 cores"``.
+        """
+        if self.device == "cuda":
+            g = self.gpus[0]
+            major, minor = g.compute_capability
+            return f"GPU: {g.name} ({g.architecture}, sm_{major}{minor})"
+        return f"CPU: {self.cpu}, {self.cpu_count} cores"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the report as plain data (for JSON provenance records).
+
+        Returns
+        -------
+        dict
+            All fields, GPUs as dictionaries with their derived capabilities.
+        """
+        out = asdict(self)
+        out["gpus"] = [
+            dict(
+                asdict(g),
+                architecture=g.architecture,
+                tensor_cores=g.tensor_cores,
+                bf16=g.bf16,
+                tf32=g.tf32,
+                fp8=g.fp8,
+            )
+            for g in self.gpus
+        ]
+        out["device"] = self.device
+        return out
+
+    def __repr__(self) -> str:
+        lines = [
+            f"Python {self.python} on {self.system}",
+            f"CPU:  {self.cpu} ({self.cpu_count} logical cores)",
+        ]
+        flags = [k for k, v in self.cpu_features.items() if v]
+        if flags:
+            lines.append(f"      low-precision CPU instructions: {', '.join(flags)}")
+        if not self.gpus:
+            lines.append("GPU:  none found; notebooks take their small CPU path")
+        for g in self.gpus:
+            major, minor = g.compute_capability
+            caps = [
+                f"Tensor Cores: {'yes' if g.tensor_cores else 'no'}",
+                f"TF32: {'yes' if g.tf32 else 'no'}",
+                f"BF16: {'yes' if g.bf16 else 'no'}",
+                f"FP8: {'yes' if g.fp8 else 'no'}",
+            ]
+            lines.append(
+                f"GPU {g.index}: {g.name}, {g.architecture} (compute capability {major}.{minor}),"
+                f" {g.memory_gib:.0f} GiB"
+            )
+            lines.append("      " + ", ".join(caps))
+        if self.gpus and self.device == "cpu":
+            lines.append("      MPTUTOR_DEVICE=cpu is set: notebooks take their CPU path")
+        if self.cuda or self.driver:
+            lines.append(f"CUDA: {self.cuda or '?'} (driver {self.driver or '?'})")
+        installed = [f"{k} {v}" for k, v in self.packages.items() if v]
+        missing = [k for k, v in self.packages.items() if not v]
+        lines.append("Packages: " + ", ".join(installed))
+        if missing:
+            lines.append("Not installed: " + ", ".join(missing))
+        lines.append(f"Device used: {self.device}")
+        return "\n".join(lines)
+
+
+def _distribution_version(import_name: str) -> str | None:
+    """Version of the installed distribution that provides an import name, without importing it."""
+    if find_spec(import_name) is None:
+        return None
+    dists = metadata.packages_distributions().get(import_name, [])
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        return metadata.version(import_name)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def framework_versions(packages: tuple[str, ...] = REPORTED_PACKAGES) -> dict[str, str | None]:
+    """Installed versions of the frameworks, read from package metadata (nothing is imported).
+
+    Parameters
+    ----------
+    packages : tuple of str, optional
+        Import names to look up.
+
+    Returns
+    -------
+    dict of str to str or None
+        Version per import name, ``None`` for packages that are not installed.
+    """
+    return {name: _distribution_version(name) for name in packages}
+
+
+def cpu_name() -> str:
+    """Return the CPU model name.
+
+    Returns
+    -------
+    str
+        From ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_features() -> dict[str, bool]:
+    """Whether the CPU has instructions that speed up low-precision arithmetic.
+
+    Returns
+    -------
+    dict of str to bool
+        One entry per flag in ``avx2, avx512f, avx512_bf16, avx512_fp16, amx_bf16, amx_fp16``;
+        all ``False`` where ``/proc/cpuinfo`` cannot be read.
+    """
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return {flag: flag in flags for flag in _CPU_FLAGS}
+
+
+def _gpus_from_torch() -> tuple[list[GpuInfo], str | None] | None:
+    if find_spec("torch") is None:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return [], torch.version.cuda
+    found = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        found.append(
+            GpuInfo(
+                index=i,
+                name=props.name,
+                compute_capability=(props.major, props.minor),
+                memory_gib=props.total_memory / 2**30,
+            )
+        )
+    return found, torch.version.cuda
+
+
+def _nvidia_smi(query: str) -> list[list[str]]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def _gpus_from_nvidia_smi() -> list[GpuInfo]:
+    found = []
+    for row in _nvidia_smi("index,name,compute_cap,memory.total"):
+        try:
+            major, minor = (int(p) for p in row[2].split("."))
+            found.append(GpuInfo(int(row[0]), row[1], (major, minor), float(row[3]) / 1024))
+        except (IndexError, ValueError):
+            continue
+    return found
+
+
+def gpus() -> list[GpuInfo]:
+    """CUDA GPUs on this machine (through PyTorch if installed, else ``nvidia-smi``).
+
+    Returns
+    -------
+    list of GpuInfo
+        Empty on a CPU-only machine.
+    """
+    from_torch = _gpus_from_torch()
+    if from_torch is not None:
+        return from_torch[0]
+    return _gpus_from_nvidia_smi()
+
+
+def has_gpu() -> bool:
+    """Whether notebooks should take their GPU path.
+
+    Returns
+    -------
+    bool
+        ``True`` when a CUDA GPU is present and ``MPTUTOR_DEVICE=cpu`` is not set.
+    """
+    return report().device == "cuda"
+
+
+def pick(cpu: T, gpu: T) -> T:
+    """Choose a size by hardware: full size on a GPU, small on a CPU, same code path.
+
+    Parameters
+    ----------
+    cpu : object
+        Value to use on a CPU-only machine (or with ``MPTUTOR_DEVICE=cpu``).
+    gpu : object
+        Value to use when a CUDA GPU is present.
+
+    Returns
+    -------
+    object
+        ``gpu`` or ``cpu``.
+    """
+    return gpu if has_gpu() else cpu
+
+
+_CACHE: dict[str, HardwareReport] = {}
+
+
+def report(refresh: bool = False) -> HardwareReport:
+    """Describe this machine: CPU, GPUs and their capabilities, package versions.
+
+    Parameters
+    ----------
+    refresh : bool, optional
+        Probe again instead of returning the report made earlier in this process.
+
+    Returns
+    -------
+    HardwareReport
+        Shown as a short text block in a notebook.
+    """
+    if "report" in _CACHE and not refresh:
+        return _CACHE["report"]
+    from_torch = _gpus_from_torch()
+    gpu_list, cuda = from_torch if from_torch is not None else (_gpus_from_nvidia_smi(), None)
+    driver_rows = _nvidia_smi("driver_version") if gpu_list else []
+    result = HardwareReport(
+        python=platform.python_version(),
+        system=f"{platform.system()} {platform.machine()}",
+        cpu=cpu_name(),
+        cpu_count=os.cpu_count() or 1,
+        cpu_features=cpu_features(),
+        gpus=gpu_list,
+        packages=framework_versions(),
+        cuda=cuda if gpu_list else None,
+        driver=driver_rows[0][0] if driver_rows else None,
+    )
+    _CACHE["report"] = result
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m mptutor.hardware
+    print(report())
+    sys.exit(0)

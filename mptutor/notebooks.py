@@ -1,0 +1,296 @@
+"""Execute notebooks top to bottom, save executed copies and HTML, and summarise the run.
+
+Command line (what ``make run`` and ``make notebooks`` call)::
+
+    python -m mptutor.notebooks notebooks --out build     # executed .ipynb + .html in build/
+    python -m mptutor.notebooks notebooks --in-place      # refresh the committed outputs
+
+A notebook that fails is reported, the others still run, and the exit status is 1. In
+``--in-place`` mode a failed notebook is left as it was: its committed file is never replaced
+by a half-run copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mptutor import hardware
+from mptutor.table import Table
+
+__all__ = ["NotebookResult", "find_notebooks", "execute_notebook", "run_all", "main"]
+
+
+@dataclass
+class NotebookResult:
+    """Outcome of executing one notebook.
+
+    Attributes
+    ----------
+    notebook : str
+        Notebook file name.
+    ok : bool
+        Whether every cell ran without error.
+    seconds : float
+        Wall time of the execution.
+    device : str
+        One-line description of the hardware it ran on.
+    error : str
+        The error's last line, empty when ``ok``.
+    outputs : list of str
+        Files written for this notebook.
+    """
+
+    notebook: str
+    ok: bool
+    seconds: float
+    device: str
+    error: str = ""
+    outputs: list[str] | None = None
+
+
+def find_notebooks(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Expand files and folders into a sorted list of notebooks.
+
+    Parameters
+    ----------
+    paths : iterable of path-like
+        Notebook files or folders holding them (not searched recursively).
+
+    Returns
+    -------
+    list of pathlib.Path
+        The notebooks, folders expanded in name order.
+
+    Raises
+    ------
+    FileNotFoundError
+        If a path does not exist, or a folder holds no notebook.
+    ValueError
+        If a file is not an ``.ipynb`` notebook.
+    """
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            inside = sorted(p for p in path.glob("*.ipynb") if not p.name.startswith("."))
+            if not inside:
+                raise FileNotFoundError(f"no .ipynb notebooks in folder {path}")
+            found.extend(inside)
+        elif path.is_file():
+            if path.suffix != ".ipynb":
+                raise ValueError(f"{path} is not a Jupyter notebook (.ipynb)")
+            found.append(path)
+        else:
+            raise FileNotFoundError(f"no such notebook or folder: {path}")
+    return found
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def execute_notebook(
+    path: Path,
+    out_dir: Path | None,
+    timeout: int = 1800,
+    html: bool = True,
+) -> NotebookResult:
+    """Execute one notebook in a fresh kernel, in the notebook's own folder.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The notebook.
+    out_dir : pathlib.Path or None
+        Where to write the executed copy (and HTML); ``None`` replaces ``path`` itself, but
+        only when every cell succeeded.
+    timeout : int, optional
+        Seconds allowed per cell.
+    html : bool, optional
+        Also write an HTML rendering next to the executed copy (ignored in place).
+
+    Returns
+    -------
+    NotebookResult
+        What happened.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name=nb.metadata.get("kernelspec", {}).get("name", "python3"),
+        resources={"metadata": {"path": str(path.parent.resolve())}},
+    )
+    start = time.perf_counter()
+    error = ""
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError) as exc:
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        error = lines[-1] if lines else type(exc).__name__
+    seconds = time.perf_counter() - start
+    ok = not error
+    written: list[str] = []
+    if out_dir is None:
+        if ok:
+            _write_atomically(path, nbformat.writes(nb) + "\n")
+            written.append(str(path))
+    else:
+        target = out_dir / path.name
+        _write_atomically(target, nbformat.writes(nb) + "\n")
+        written.append(str(target))
+        if html:
+            from nbconvert import HTMLExporter
+
+            body, _ = HTMLExporter().from_notebook_node(nb)
+            page = target.with_suffix(".html")
+            _write_atomically(page, body)
+            written.append(str(page))
+    return NotebookResult(
+        notebook=path.name,
+        ok=ok,
+        seconds=round(seconds, 1),
+        device=hardware.report().summary(),
+        error=error,
+        outputs=written,
+    )
+
+
+def summary_table(results: Sequence[NotebookResult]) -> Table:
+    """Tabulate results: notebook, status, seconds, hardware.
+
+    Parameters
+    ----------
+    results : sequence of NotebookResult
+        From :func:`run_all`.
+
+    Returns
+    -------
+    Table
+        One row per notebook.
+    """
+    rows = [
+        {
+            "notebook": r.notebook,
+            "status": "pass" if r.ok else "FAIL",
+            "seconds": f"{r.seconds:.1f}",
+            "hardware": r.device,
+            "error": r.error[:80],
+        }
+        for r in results
+    ]
+    return Table(rows)
+
+
+def run_all(
+    paths: Iterable[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str] | None = "build",
+    timeout: int = 1800,
+    html: bool = True,
+) -> list[NotebookResult]:
+    """Execute every notebook, printing progress, and write a summary next to the outputs.
+
+    Parameters
+    ----------
+    paths : iterable of path-like
+        Notebooks or folders of notebooks.
+    out_dir : path-like or None, optional
+        Output folder; ``None`` executes in place.
+    timeout : int, optional
+        Seconds allowed per cell.
+    html : bool, optional
+        Also write HTML renderings.
+
+    Returns
+    -------
+    list of NotebookResult
+        One per notebook, in order.
+    """
+    notebooks = find_notebooks(paths)
+    out = None if out_dir is None else Path(out_dir)
+    print(hardware.report().summary(), flush=True)
+    results = []
+    for i, nb_path in enumerate(notebooks, 1):
+        print(f"[{i}/{len(notebooks)}] {nb_path.name} ...", end=" ", flush=True)
+        result = execute_notebook(nb_path, out, timeout=timeout, html=html)
+        print(f"{'pass' if result.ok else 'FAIL'} in {result.seconds:.1f} s", flush=True)
+        if result.error:
+            print(f"    {result.error}", flush=True)
+        results.append(result)
+    table = summary_table(results)
+    print()
+    print(table)
+    if out is not None:
+        record = {
+            "hardware": hardware.report().as_dict(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "notebooks": [asdict(r) for r in results],
+        }
+        _write_atomically(out / "summary.json", json.dumps(record, indent=2) + "\n")
+        _write_atomically(out / "summary.txt", repr(table) + "\n")
+        print(f"\nExecuted notebooks, HTML and summary are in {out}/")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 when every notebook passed, 1 otherwise, 2 for bad arguments.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m mptutor.notebooks",
+        description="Execute notebooks top to bottom and summarise the run.",
+    )
+    parser.add_argument("paths", nargs="+", help="notebooks or folders of notebooks")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", default="build", help="output folder (default: build)")
+    where.add_argument(
+        "--in-place", action="store_true", help="overwrite each notebook with its executed copy"
+    )
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    parser.add_argument("--no-html", action="store_true", help="skip the HTML renderings")
+    args = parser.parse_args(argv)
+    try:
+        results = run_all(
+            args.paths,
+            out_dir=None if args.in_place else args.out,
+            timeout=args.timeout,
+            html=not args.no_html,
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

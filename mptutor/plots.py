@@ -1,0 +1,152 @@
+"""Figures for the notebooks, drawn with matplotlib from what :mod:`mptutor.formats` computes.
+
+matplotlib is imported when a figure is drawn, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mptutor import formats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["format_ranges", "value_spacing", "update_survival"]
+
+_NORMAL = "#1f77b4"
+_SUBNORMAL = "#9ecae1"
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    import matplotlib.pyplot as plt
+
+    if ax is not None:
+        return ax.figure, ax
+    fig, new_ax = plt.subplots(figsize=figsize, layout="constrained")
+    return fig, new_ax
+
+
+def format_ranges(
+    fmts: Sequence[Any] = ("fp32", "bf16", "fp16", "fp8_e5m2", "fp8_e4m3"),
+    xlim: tuple[float, float] | None = (-40, 20),
+    ax: Axes | None = None,
+) -> Figure:
+    """Range of each format on a log2 axis: subnormals, normals, and the number of powers of 2.
+
+    Parameters
+    ----------
+    fmts : sequence of str or dtype, optional
+        Formats to draw, top to bottom.
+    xlim : tuple of float or None, optional
+        Limits of the log2 axis; ``None`` fits every format (fp32 spans about 277 powers of 2,
+        which dwarfs fp16's 40).
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure.
+    """
+    chosen = [formats.get(f) for f in fmts]
+    fig, ax = _axes(ax, (9, 0.7 * len(chosen) + 1.2))
+    for row, f in enumerate(chosen):
+        y = len(chosen) - 1 - row
+        lo = f.min_exponent - f.mantissa_bits
+        normal = f.min_exponent
+        hi = math.log2(f.max)
+        ax.barh(y, normal - lo, left=lo, color=_SUBNORMAL, height=0.6)
+        ax.barh(y, hi - normal, left=normal, color=_NORMAL, height=0.6)
+        label_x = hi if xlim is None else min(hi, xlim[1])
+        ax.text(label_x + 0.5, y, f"{f.powers_of_two} powers of 2", va="center", fontsize=9)
+    ax.set_yticks(range(len(chosen)), [f.name for f in reversed(chosen)])
+    ax.set_xlabel("log2 |value|")
+    if xlim is not None:
+        ax.set_xlim(xlim[0], xlim[1] + 8)
+    ax.axvline(0, color="grey", lw=0.8, ls=":")
+    ax.set_title("Representable range: subnormals (light) and normal values (dark)")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def value_spacing(
+    low: float,
+    high: float,
+    fmts: Sequence[Any] = ("fp16",),
+    ax: Axes | None = None,
+) -> Figure:
+    """Every representable value of one or more formats in ``[low, high]``, one row each.
+
+    Parameters
+    ----------
+    low, high : float
+        The interval to show.
+    fmts : sequence of str or dtype, optional
+        Formats to show, one row each.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure; each row is labelled with the spacings found in the interval.
+    """
+    chosen = [formats.get(f) for f in fmts]
+    fig, ax = _axes(ax, (9, 0.8 * len(chosen) + 1.2))
+    for row, f in enumerate(chosen):
+        y = len(chosen) - 1 - row
+        values = formats.representable_values(low, high, f)
+        ax.vlines(values, y - 0.3, y + 0.3, color=_NORMAL, lw=1)
+        gaps = sorted({float(g) for g in np.diff(values)})
+        shown = ", ".join(f"{g:g}" for g in gaps[:4]) + (", ..." if len(gaps) > 4 else "")
+        ax.text(high, y + 0.38, f"{values.size} values, spacing {shown}", ha="right", fontsize=9)
+    ax.set_yticks(range(len(chosen)), [f.name for f in reversed(chosen)])
+    ax.set_ylim(-0.6, len(chosen) - 0.2)
+    ax.set_xlim(low, high)
+    ax.set_xlabel("value")
+    ax.set_title(f"Representable values in [{low:g}, {high:g}]")
+    return fig
+
+
+def update_survival(
+    ratios: np.ndarray,
+    survived: Mapping[str, np.ndarray],
+    ax: Axes | None = None,
+) -> Figure:
+    """Share of updates that change the weight, against ``update / weight``, per format.
+
+    Parameters
+    ----------
+    ratios : numpy.ndarray
+        The ``update / weight`` ratios swept (x axis, log2 scale).
+    survived : mapping of str to numpy.ndarray
+        For each format name, the share (0 to 1) of weights the update changed at each ratio.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure, with each format's lost-update threshold ``2**-(mantissa_bits+1)`` marked.
+    """
+    fig, ax = _axes(ax, (8, 3.5))
+    for i, (name, share) in enumerate(survived.items()):
+        color = f"C{i}"
+        ax.plot(ratios, share, label=name, color=color)
+        threshold = formats.lost_update_ratio(name)
+        ax.axvline(threshold, color=color, ls="--", lw=0.8)
+        ax.text(threshold, 1.02, f"2**{int(math.log2(threshold))}", color=color, ha="center",
+                fontsize=8, transform=ax.get_xaxis_transform())
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("update / weight")
+    ax.set_ylabel("share of weights changed")
+    ax.set_ylim(-0.03, 1.03)
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    return fig

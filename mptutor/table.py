@@ -1,0 +1,121 @@
+"""A small, dependency-free table that prints well in a terminal and in a notebook."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["Table"]
+
+
+class Table:
+    """Rows of named values, shown as aligned text (``repr``) and as HTML in Jupyter.
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        One mapping per row; the first row's keys (plus any new keys of later rows) name the
+        columns, in order.
+    float_format : str, optional
+        Format spec for floats, e.g. ``".4g"``; whole numbers below 10 million print in full.
+    title : str, optional
+        A caption printed above the table.
+
+    Examples
+    --------
+    >>> Table([{"a": 1, "b": 0.5}, {"a": 2, "b": 0.25}])
+    a  b
+    -  ----
+    1  0.5
+    2  0.25
+    """
+
+    def __init__(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        float_format: str = ".4g",
+        title: str | None = None,
+    ) -> None:
+        self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
+        self.float_format = float_format
+        self.title = title
+        columns: list[str] = []
+        for row in self.rows:
+            columns.extend(k for k in row if k not in columns)
+        self.columns: list[str] = columns
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
+    def column(self, name: str) -> list[Any]:
+        """Return one column's values, ``None`` where a row lacks it.
+
+        Parameters
+        ----------
+        name : str
+            Column name.
+
+        Returns
+        -------
+        list
+            The values, in row order.
+
+        Raises
+        ------
+        KeyError
+            If no row has that column.
+        """
+        if name not in self.columns:
+            raise KeyError(f"no column {name!r}; columns are {self.columns}")
+        return [row.get(name) for row in self.rows]
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """Return the rows as plain dictionaries (copies).
+
+        Returns
+        -------
+        list of dict
+            One dictionary per row.
+        """
+        return [dict(r) for r in self.rows]
+
+    def _cell(self, value: Any) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, float):
+            if value.is_integer() and abs(value) < 1e7:
+                return str(int(value))  # 65504, not 6.55e+04
+            return format(value, self.float_format)
+        return str(value)
+
+    def _text_rows(self) -> Sequence[list[str]]:
+        return [[self._cell(row.get(c)) for c in self.columns] for row in self.rows]
+
+    def __repr__(self) -> str:
+        body = self._text_rows()
+        widths = [
+            max([len(c)] + [len(r[i]) for r in body]) for i, c in enumerate(self.columns)
+        ]
+        lines = []
+        if self.title:
+            lines.append(self.title)
+        lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths)).rstrip())
+        lines.append("  ".join("-" * w for w in widths))
+        for r in body:
+            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>"
+            for r in self._text_rows()
+        )
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -1,0 +1,208 @@
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mptutor import formats
+
+
+class FakeTorchDtype:
+    """Stands in for torch.float16, which prints as 'torch.float16'."""
+
+    def __str__(self):
+        return "torch.float16"
+
+
+class FakeTfDtype:
+    """Stands in for tf.bfloat16, which has .name == 'bfloat16'."""
+
+    name = "bfloat16"
+
+
+def test_fp16_facts():
+    f = formats.get("fp16")
+    assert (f.bits, f.exponent_bits, f.mantissa_bits) == (16, 5, 10)
+    assert f.max == 65504.0
+    assert f.smallest_normal == 2.0**-14
+    assert f.smallest_subnormal == 2.0**-24
+    assert math.isclose(f.smallest_subnormal, 5.96e-8, rel_tol=1e-3)
+    assert f.eps == 2.0**-10
+    assert f.powers_of_two == 40
+    assert f.lost_update_ratio == 2.0**-11
+    assert f.has_inf
+
+
+@pytest.mark.parametrize(
+    ("name", "bits", "exp", "mant", "largest", "subnormal", "powers"),
+    [
+        ("fp32", 32, 8, 23, float(np.finfo(np.float32).max), 2.0**-149, 277),
+        ("bf16", 16, 8, 7, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), 2.0**-133, 261),
+        ("fp8_e4m3", 8, 4, 3, 448.0, 2.0**-9, 18),
+        ("fp8_e5m2", 8, 5, 2, 57344.0, 2.0**-16, 32),
+    ],
+)
+def test_other_formats(name, bits, exp, mant, largest, subnormal, powers):
+    f = formats.get(name)
+    assert (f.bits, f.exponent_bits, f.mantissa_bits) == (bits, exp, mant)
+    assert f.max == largest
+    assert f.smallest_subnormal == subnormal
+    assert f.powers_of_two == powers
+    assert f.eps == 2.0**-mant
+
+
+@pytest.mark.parametrize(
+    ("alias", "expected"),
+    [
+        ("float16", "fp16"),
+        ("HALF", "fp16"),
+        (np.float16, "fp16"),
+        (np.dtype("float32"), "fp32"),
+        (ml_dtypes.bfloat16, "bf16"),
+        ("e4m3", "fp8_e4m3"),
+        ("float8-e5m2", "fp8_e5m2"),
+        (FakeTorchDtype(), "fp16"),
+        (FakeTfDtype(), "bf16"),
+    ],
+)
+def test_aliases(alias, expected):
+    assert formats.get(alias).name == expected
+    assert formats.get(formats.get(alias)) is formats.get(expected)
+
+
+@pytest.mark.parametrize("bad", ["fp64", "int8", np.int32, "", None])
+def test_unknown_format_lists_the_known_ones(bad):
+    with pytest.raises(ValueError, match="unknown floating-point format") as info:
+        formats.get(bad)
+    for name in formats.FORMAT_NAMES:
+        assert name in str(info.value)
+
+
+def test_ulp():
+    assert formats.ulp(1.0, "fp16") == 2.0**-10
+    assert formats.ulp(32768, "fp16") == 32.0
+    assert formats.ulp(65504, "fp16") == 32.0
+    assert formats.ulp(40000.0, "fp16") == 32.0
+    assert formats.ulp(1024, "fp16") == 1.0
+    assert formats.ulp(0.0, "fp16") == 2.0**-24
+    assert formats.ulp(1e-7, "fp16") == 2.0**-24  # subnormal range: constant spacing
+    assert formats.ulp(1.0, "bf16") == 2.0**-7
+    assert formats.ulp(70000, "fp16") == np.inf  # rounds to inf: no spacing there
+    spacing = formats.ulp(np.array([-2.0, 2.0, 3.0]), "fp16")
+    np.testing.assert_array_equal(spacing, [2.0**-9] * 3)
+
+
+def test_ulp_matches_numpy_spacing_for_fp16_and_fp32():
+    values = np.array([1e-6, 0.1, 1.0, 3.0, 1000.0, 60000.0])
+    for dtype, name in [(np.float16, "fp16"), (np.float32, "fp32")]:
+        expected = np.spacing(values.astype(dtype)).astype(np.float64)
+        np.testing.assert_array_equal(formats.ulp(values, name), expected)
+
+
+def test_round_to_edges():
+    assert formats.round_to(65519, "fp16") == 65504
+    assert np.isinf(formats.round_to(65520, "fp16"))
+    assert formats.round_to(2.0**-25, "fp16") == 0  # halfway to the smallest subnormal: to even
+    assert formats.round_to(3.0e-8, "fp16") == 2.0**-24
+    assert formats.round_to(32768 + 16, "fp16") == 32768  # tie: to even
+    assert formats.round_to(32768 + 17, "fp16") == 32768 + 32
+    assert np.isnan(formats.round_to(1000.0, "fp8_e4m3"))  # no inf in e4m3: NaN
+    assert formats.round_to(1.0001, "fp32") == np.float32(1.0001)
+    out = formats.round_to([1.0, 2.0], "bf16")
+    assert out.dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+def test_round_to_does_not_warn_on_overflow():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        formats.round_to(1e6, "fp16")
+
+
+def test_one_plus_small_update():
+    assert not formats.update_survives(1.0, 1e-4, "fp16")
+    assert formats.update_survives(1.0, 1e-4, "fp32")
+    assert formats.update_survives(1.0, 1e-4, "bf16") is np.False_
+    # The 2**-11 rule at w = 1: exactly half an ulp is a tie that rounds back to 1.
+    assert not formats.update_survives(1.0, 2.0**-11, "fp16")
+    assert formats.update_survives(1.0, 2.0**-11 * (1 + 2.0**-10), "fp16")
+    assert formats.update_survives(1.0, 2.0**-10, "fp16")
+    # An update that underflows to zero in the format is lost whatever the weight.
+    assert not formats.update_survives(0.0, 1e-9, "fp16")
+
+
+finite_fp16 = st.floats(-60000, 60000, allow_nan=False, width=16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=finite_fp16, dw=finite_fp16)
+def test_update_survives_matches_numpy_fp16_arithmetic(w, dw):
+    w16, dw16 = np.float16(w), np.float16(dw)
+    with np.errstate(over="ignore"):
+        expected = (w16 + dw16) != w16
+    assert bool(formats.update_survives(w, dw, "fp16")) == bool(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(w=st.floats(-(2.0**100), 2.0**100, allow_nan=False, width=32), ratio=st.floats(-24, 0))
+def test_update_survives_matches_bf16_through_fp32(w, ratio):
+    # bf16 + bf16 rounded through float32 is correctly rounded (24 >= 2*8 + 2 bits).
+    dw = w * 2.0**ratio
+    wb = np.asarray(w).astype(ml_dtypes.bfloat16)
+    db = np.asarray(dw).astype(ml_dtypes.bfloat16)
+    total = (wb.astype(np.float32) + db.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    assert bool(formats.update_survives(w, dw, "bf16")) == bool(total != wb)
+
+
+def test_update_survives_agrees_with_torch_half():
+    import torch
+
+    rng = np.random.default_rng(0)
+    weights = rng.uniform(-4, 4, 2000).astype(np.float16)
+    updates = weights.astype(np.float64) * 2.0 ** rng.uniform(-13, -8, 2000)
+    t_w = torch.tensor(weights, dtype=torch.float16)
+    t_new = t_w + torch.tensor(updates, dtype=torch.float16)
+    expected = (t_new != t_w).numpy()
+    survived = formats.update_survives(weights, updates, "fp16")
+    assert 0 < survived.sum() < survived.size  # the sweep straddles the threshold
+    np.testing.assert_array_equal(survived, expected)
+
+
+def test_lost_update_ratio():
+    assert formats.lost_update_ratio("fp16") == 2.0**-11
+    assert formats.lost_update_ratio("bf16") == 2.0**-8
+    assert formats.lost_update_ratio("fp32") == 2.0**-24
+
+
+def test_representable_values():
+    top = formats.representable_values(32768, 65504, "fp16")
+    assert top.size == 1024
+    assert set(np.diff(top)) == {32.0}
+    assert top[-1] == 65504
+    ones = formats.representable_values(1.0, 2.0, "fp16")
+    assert ones.size == 1025 and ones[1] - ones[0] == 2.0**-10
+    fp32 = formats.representable_values(1.0, 1.0 + 8 * 2.0**-23, "fp32")
+    assert fp32.size == 9
+    around_zero = formats.representable_values(-1e-7, 1e-7, "fp16")
+    np.testing.assert_array_equal(around_zero, np.array([-1, 0, 1]) * 2.0**-24)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "message"),
+    [(2.0, 1.0, "must not exceed"), (0.0, math.inf, "finite"), (0.0, 60000.0, "exceed limit")],
+)
+def test_representable_values_rejects_bad_intervals(low, high, message):
+    with pytest.raises(ValueError, match=message):
+        formats.representable_values(low, high, "fp16", limit=10_000)
+
+
+def test_table_lists_every_format():
+    t = formats.table()
+    assert [row["format"] for row in t] == list(formats.FORMAT_NAMES)
+    text = repr(t)
+    assert "65504" in text and "5.96e-08" in text and "2**-11" in text
+    assert "<table>" in t._repr_html_()
+    assert formats.table(["half"]).column("format") == ["fp16"]

@@ -1,0 +1,122 @@
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mptutor import hardware
+from mptutor.hardware import GpuInfo
+
+
+def test_report_describes_this_machine():
+    rep = hardware.report(refresh=True)
+    assert rep.python.startswith(f"{sys.version_info.major}.{sys.version_info.minor}")
+    assert rep.cpu and rep.cpu_count >= 1
+    assert set(rep.cpu_features) >= {"avx512_bf16", "amx_bf16"}
+    assert rep.packages["numpy"] and rep.packages["torch"]
+    text = repr(rep)
+    assert "CPU:" in text and "Device used:" in text
+    assert rep.summary().startswith(("CPU:", "GPU:"))
+    json.dumps(rep.as_dict())  # plain data, ready for a provenance record
+
+
+@pytest.mark.parametrize(
+    ("cc", "arch", "tc", "bf16", "fp8"),
+    [
+        ((6, 1), "pre-Volta", False, False, False),
+        ((7, 0), "Volta", True, False, False),
+        ((7, 5), "Turing", True, False, False),
+        ((8, 0), "Ampere", True, True, False),
+        ((8, 6), "Ampere", True, True, False),
+        ((8, 9), "Ada Lovelace", True, True, True),
+        ((9, 0), "Hopper", True, True, True),
+        ((10, 0), "Blackwell", True, True, True),
+    ],
+)
+def test_gpu_capabilities_follow_compute_capability(cc, arch, tc, bf16, fp8):
+    gpu = GpuInfo(0, "test GPU", cc, 16.0)
+    assert (gpu.architecture, gpu.tensor_cores, gpu.bf16, gpu.fp8) == (arch, tc, bf16, fp8)
+
+
+def test_summary_and_device_with_a_gpu(monkeypatch):
+    rep = hardware.HardwareReport(
+        "3.11.7", "Linux x86_64", "cpu", 2, {}, [GpuInfo(0, "NVIDIA H100", (9, 0), 79.6)]
+    )
+    monkeypatch.delenv("MPTUTOR_DEVICE", raising=False)
+    assert rep.device == "cuda"
+    assert rep.summary() == "GPU: NVIDIA H100 (Hopper, sm_90)"
+    assert "Tensor Cores: yes" in repr(rep) and "FP8: yes" in repr(rep)
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert rep.device == "cpu"
+    assert "MPTUTOR_DEVICE=cpu" in repr(rep)
+
+
+def test_pick_follows_the_device(monkeypatch):
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert hardware.pick(cpu=32, gpu=256) == 32
+    monkeypatch.delenv("MPTUTOR_DEVICE")
+    expected = 256 if hardware.gpus() else 32
+    assert hardware.pick(cpu=32, gpu=256) == expected
+
+
+# A process in which `import torch` fails, as on a machine without PyTorch.
+_NO_TORCH = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["torch"] = None  # find_spec() answers None and `import torch` fails
+    from mptutor import hardware
+    rep = hardware.report()
+    loaded = [m for m, mod in sys.modules.items() if mod is not None
+              and m.split(".")[0] in {"torch", "tensorflow", "mxnet", "keras"}]
+    print(json.dumps({"gpus": rep.as_dict()["gpus"], "driver": rep.driver,
+                      "torch": rep.packages["torch"], "modules": sorted(loaded)}))
+    """
+)
+
+
+def _run_without_torch(env):
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_report_without_torch_or_gpu_imports_nothing(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))  # no nvidia-smi on this PATH
+    result = _run_without_torch(env)
+    assert result == {"gpus": [], "driver": None, "torch": None, "modules": []}
+
+
+def test_report_without_torch_asks_nvidia_smi(tmp_path):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        '  *driver_version*) echo "580.95.05" ;;\n'
+        '  *) echo "0, NVIDIA H100 80GB HBM3, 9.0, 81559" ;;\n'
+        "esac\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = dict(os.environ, PATH=f"{tmp_path}:/usr/bin:/bin")
+    result = _run_without_torch(env)
+    assert result["driver"] == "580.95.05"
+    (gpu,) = result["gpus"]
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3"
+    assert gpu["compute_capability"] == [9, 0]
+    assert gpu["architecture"] == "Hopper" and gpu["fp8"] is True
+    assert result["modules"] == []
+
+
+@pytest.mark.gpu
+def test_report_finds_the_cuda_gpu():
+    import torch
+
+    rep = hardware.report(refresh=True)
+    assert rep.gpus and rep.cuda == torch.version.cuda
+    gpu = rep.gpus[0]
+    assert gpu.compute_capability == torch.cuda.get_device_capability(0)
+    assert gpu.memory_gib > 1
+    assert rep.driver  # nvidia-smi answers on a GPU host

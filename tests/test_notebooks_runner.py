@@ -1,0 +1,54 @@
+import json
+
+import nbformat
+import pytest
+
+from mptutor import notebooks
+
+
+def _notebook(path, *sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_run_all_writes_executed_copies_html_and_summary(tmp_path, capsys):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    _notebook(src / "01-ok.ipynb", "x = 6 * 7\nx", "import os\nprint(os.path.basename(os.getcwd()))")
+    _notebook(src / "02-bad.ipynb", "1 / 0", "print('not reached')")
+    out = tmp_path / "build"
+    results = notebooks.run_all([src], out_dir=out)
+    assert [(r.notebook, r.ok) for r in results] == [("01-ok.ipynb", True), ("02-bad.ipynb", False)]
+    assert "ZeroDivisionError" in results[1].error
+    executed = nbformat.read(out / "01-ok.ipynb", as_version=4)
+    assert executed.cells[0].outputs[0]["data"]["text/plain"] == "42"
+    assert executed.cells[1].outputs[0]["text"] == "nbs\n"  # ran in the notebook's folder
+    assert [c.execution_count for c in executed.cells] == [1, 2]
+    assert "42" in (out / "01-ok.html").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert [n["ok"] for n in summary["notebooks"]] == [True, False]
+    assert summary["hardware"]["cpu"]
+    printed = capsys.readouterr().out
+    assert "01-ok.ipynb" in printed and "FAIL" in printed
+    assert "pass" in (out / "summary.txt").read_text()
+
+
+def test_in_place_keeps_a_failed_notebook_untouched(tmp_path):
+    good = _notebook(tmp_path / "good.ipynb", "1 + 1")
+    bad = _notebook(tmp_path / "bad.ipynb", "print('ran')", "raise RuntimeError('boom')")
+    before = bad.read_text()
+    assert notebooks.main([str(good), str(bad), "--in-place"]) == 1
+    assert bad.read_text() == before
+    assert nbformat.read(good, as_version=4).cells[0].outputs[0]["data"]["text/plain"] == "2"
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+@pytest.mark.parametrize("name", ["missing.ipynb", "empty-folder", "notes.txt"])
+def test_bad_paths_are_refused(tmp_path, name, capsys):
+    (tmp_path / "empty-folder").mkdir()
+    (tmp_path / "notes.txt").write_text("not a notebook")
+    assert notebooks.main([str(tmp_path / name)]) == 2
+    assert "error:" in capsys.readouterr().err

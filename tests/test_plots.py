@@ -1,0 +1,51 @@
+import matplotlib
+import numpy as np
+import pytest
+
+from mptutor import formats, plots
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    import matplotlib.pyplot as plt
+
+    yield
+    plt.close("all")
+
+
+def test_format_ranges_draws_one_row_per_format():
+    fig = plots.format_ranges(["fp32", "fp16", "bf16"])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["bf16", "fp16", "fp32"]
+    assert len(ax.patches) == 6  # subnormal + normal bar per format
+    labels = [t.get_text() for t in ax.texts]
+    assert "40 powers of 2" in labels
+    # fp16's normal bar spans 2**-14 .. log2(65504)
+    fp16_normal = ax.patches[3]
+    assert fp16_normal.get_x() == -14
+    assert fp16_normal.get_width() == pytest.approx(np.log2(65504) + 14)
+
+
+def test_format_ranges_without_limits_fits_fp32():
+    ax = plots.format_ranges(["fp32"], xlim=None).axes[0]
+    assert ax.get_xlim()[0] <= -149
+
+
+def test_value_spacing_reports_the_gaps():
+    fig = plots.value_spacing(16384, 65504, ["fp16"])
+    (label,) = [t.get_text() for t in fig.axes[0].texts]
+    assert label.startswith("2048 values")  # 1024 spaced 16 apart, then 1024 spaced 32 apart
+    assert "spacing 16, 32" in label
+
+
+def test_update_survival_marks_thresholds():
+    ratios = np.exp2(np.linspace(-14, -6, 33))
+    share = {
+        name: np.array([formats.update_survives(1.0, r, name) for r in ratios], dtype=float)
+        for name in ("fp16", "bf16")
+    }
+    ax = plots.update_survival(ratios, share).axes[0]
+    assert {t.get_text() for t in ax.texts} == {"2**-11", "2**-8"}
+    assert len(ax.lines) == 4  # two curves, two threshold lines

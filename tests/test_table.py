@@ -1,0 +1,32 @@
+import pytest
+
+from mptutor.table import Table
+
+
+def test_text_and_html():
+    t = Table([{"name": "fp16", "max": 65504.0, "ok": True}, {"name": "bf16", "extra": 1}],
+              title="formats")
+    assert t.columns == ["name", "max", "ok", "extra"]
+    lines = repr(t).splitlines()
+    assert lines[0] == "formats"
+    assert lines[1].split() == ["name", "max", "ok", "extra"]
+    assert lines[3].split() == ["fp16", "65504", "yes"]
+    assert lines[4].split() == ["bf16", "1"]
+    html = t._repr_html_()
+    assert "<caption>formats</caption>" in html and "<td>fp16</td>" in html
+    assert t.column("extra") == [None, 1]
+    assert len(t) == 2 and t[0]["name"] == "fp16"
+
+
+def test_unknown_column():
+    with pytest.raises(KeyError, match="columns are"):
+        Table([{"a": 1}]).column("b")
+
+
+def test_html_is_escaped():
+    assert "&lt;b&gt;" in Table([{"x": "<b>"}])._repr_html_()
+
+
+def test_float_formatting():
+    lines = repr(Table([{"v": 3.4028234663852886e38}, {"v": 2.0**-24}, {"v": 1e7}])).splitlines()
+    assert [line.strip() for line in lines[2:]] == ["3.403e+38", "5.96e-08", "1e+07"]
