@@ -10,7 +10,8 @@
 
 PYTHON ?= python3
 REQUIREMENTS ?= requirements.txt
-VENV ?= .venv
+# One environment per requirements file, so CPU and CUDA builds never mix.
+VENV ?= $(if $(filter requirements.txt,$(REQUIREMENTS)),.venv,.venv-$(basename $(notdir $(REQUIREMENTS))))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(notdir $(REQUIREMENTS))
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval-sanitize.cfg \

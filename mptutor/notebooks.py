@@ -139,6 +139,9 @@ def execute_notebook(
         nb,
         timeout=timeout,
         kernel_name=nb.metadata.get("kernelspec", {}).get("name", "python3"),
+        # The kernel's own log (e.g. a note on its local TCP sockets) is not the notebook's
+        # output; keep the run's console to notebook progress and errors.
+        extra_arguments=["--log-level=ERROR"],
         resources={"metadata": {"path": str(path.parent.resolve())}},
     )
     start = time.perf_counter()
