@@ -17,7 +17,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["format_ranges", "value_spacing", "update_survival"]
+    from mptutor.gradients import GradientStats
+
+__all__ = ["format_ranges", "value_spacing", "update_survival", "gradient_histogram"]
 
 _NORMAL = "#1f77b4"
 _SUBNORMAL = "#9ecae1"
@@ -149,4 +151,56 @@ def update_survival(
     ax.set_ylim(-0.03, 1.03)
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
+    return fig
+
+
+def gradient_histogram(
+    stats: GradientStats | Mapping[str, GradientStats],
+    ax: Axes | None = None,
+) -> Figure:
+    """Histogram of gradient exponents against the range of the format they were measured for.
+
+    Parameters
+    ----------
+    stats : GradientStats or mapping of str to GradientStats
+        From :func:`mptutor.gradients.gradient_stats`; several (e.g. before and after loss
+        scaling) are drawn on one axis with their labels. All must use the same format.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Bars count the values per power of two; the shaded bands are the format's zero
+        (flushed), subnormal and normal ranges; the legend gives each set's share flushed to zero.
+
+    Raises
+    ------
+    ValueError
+        If the statistics were measured against different formats.
+    """
+    series = {"gradients": stats} if not isinstance(stats, Mapping) else dict(stats)
+    names = {s.fmt for s in series.values()}
+    if len(names) != 1:
+        raise ValueError(f"all statistics must use one format, got {sorted(names)}")
+    f = formats.get(names.pop())
+    fig, ax = _axes(ax, (9, 3.6))
+    tiny = f.min_exponent - f.mantissa_bits
+    lows = [int(s.exponents.min()) for s in series.values() if s.exponents.size]
+    highs = [int(s.exponents.max()) for s in series.values() if s.exponents.size]
+    left = min([tiny - 8, *lows]) - 1
+    right = max([f.max_exponent + 2, *highs]) + 2
+    ax.axvspan(left, tiny - 1, color="#d62728", alpha=0.08, label=f"{f.name}: rounds to zero")
+    ax.axvspan(tiny - 1, f.min_exponent, color=_SUBNORMAL, alpha=0.3, label=f"{f.name}: subnormal")
+    ax.axvspan(f.min_exponent, f.max_exponent + 1, color=_NORMAL, alpha=0.1, label=f"{f.name}: normal")
+    ax.axvspan(f.max_exponent + 1, right, color="#ff7f0e", alpha=0.1, label=f"{f.name}: overflow")
+    bins = np.arange(left, right + 1)
+    for i, (label, s) in enumerate(series.items()):
+        ax.hist(s.exponents, bins=bins, histtype="step", lw=1.5, color=f"C{i}",
+                label=f"{label} ({100 * s.share('underflow'):.1f}% flushed to zero)")
+    ax.set_xlim(left, right)
+    ax.set_yscale("log")
+    ax.set_xlabel("log2 |gradient|")
+    ax.set_ylabel("values")
+    ax.legend(fontsize=8, loc="upper left")
     return fig

@@ -49,3 +49,23 @@ def test_update_survival_marks_thresholds():
     ax = plots.update_survival(ratios, share).axes[0]
     assert {t.get_text() for t in ax.texts} == {"2**-11", "2**-8"}
     assert len(ax.lines) == 4  # two curves, two threshold lines
+
+
+def test_gradient_histogram_labels_the_flushed_share():
+    from mptutor.gradients import gradient_stats
+
+    grads = np.exp2(np.arange(-40, 0, dtype=float))  # one value per power of two
+    stats = gradient_stats(grads, "fp16")
+    fig = plots.gradient_histogram({"raw": stats, "x 2**16": stats.scaled(2.0**16)})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    # 2**-40 .. 2**-26 are below half the smallest fp16 subnormal (2**-25): 15 of 40
+    assert "raw (37.5% flushed to zero)" in labels
+    assert "x 2**16 (0.0% flushed to zero)" in labels
+
+
+def test_gradient_histogram_refuses_mixed_formats():
+    from mptutor.gradients import gradient_stats
+
+    a, b = gradient_stats(np.ones(3), "fp16"), gradient_stats(np.ones(3), "bf16")
+    with pytest.raises(ValueError, match="one format"):
+        plots.gradient_histogram({"a": a, "b": b})

@@ -1,0 +1,151 @@
+"""Framework-free gradient statistics: zeros, infs/NaNs, and where the exponents fall in a format.
+
+The framework modules gather a model's gradients into NumPy arrays and call
+:func:`gradient_stats`; :func:`mptutor.plots.gradient_histogram` draws the result against a
+format's range (the talk's "gradients don't use much of the FP16 range" picture).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mptutor import formats
+
+__all__ = ["GradientStats", "gradient_stats"]
+
+
+@dataclass(frozen=True)
+class GradientStats:
+    """Summary of a set of gradient values, measured against one format.
+
+    Attributes
+    ----------
+    fmt : str
+        The format the values are compared with, e.g. ``"fp16"``.
+    count : int
+        Number of values.
+    zeros : int
+        Values that are exactly zero.
+    nonfinite : int
+        Values that are inf or NaN.
+    underflow : int
+        Non-zero finite values below half of ``fmt``'s smallest subnormal: they round to zero.
+    subnormal : int
+        Values from there up to ``fmt``'s smallest normal: kept, with fewer significant bits.
+    overflow : int
+        Finite values at or above the power of two after ``fmt``'s largest binade (for fp16,
+        ``|g| >= 65536``): they become inf (NaN in fp8_e4m3).
+    exponents : numpy.ndarray
+        ``floor(log2 |g|)`` of every non-zero finite value (int32).
+    """
+
+    fmt: str
+    count: int
+    zeros: int
+    nonfinite: int
+    underflow: int
+    subnormal: int
+    overflow: int
+    exponents: np.ndarray
+
+    def share(self, what: str) -> float:
+        """Share of all values in one category.
+
+        Parameters
+        ----------
+        what : str
+            ``"zeros"``, ``"nonfinite"``, ``"underflow"``, ``"subnormal"`` or ``"overflow"``.
+
+        Returns
+        -------
+        float
+            Between 0 and 1 (0 for an empty set).
+
+        Raises
+        ------
+        ValueError
+            For any other category name.
+        """
+        names = ("zeros", "nonfinite", "underflow", "subnormal", "overflow")
+        if what not in names:
+            raise ValueError(f"unknown category {what!r}; choose one of {', '.join(names)}")
+        return getattr(self, what) / self.count if self.count else 0.0
+
+    def scaled(self, factor: float) -> GradientStats:
+        """The statistics the same values would have after multiplying them by ``factor``.
+
+        Parameters
+        ----------
+        factor : float
+            A positive power of two (a loss scale), so that exponents shift exactly.
+
+        Returns
+        -------
+        GradientStats
+            Exponents shifted by ``log2(factor)``; zeros and non-finite counts unchanged;
+            underflow, subnormal and overflow recounted from the shifted exponents.
+
+        Raises
+        ------
+        ValueError
+            If ``factor`` is not a positive power of two.
+        """
+        shift = math.log2(factor) if factor > 0 and math.isfinite(factor) else math.nan
+        if not shift.is_integer():
+            raise ValueError(f"factor must be a positive power of two, got {factor!r}")
+        exps = self.exponents + int(shift)
+        under, sub, over = _classify(exps, formats.get(self.fmt))
+        return GradientStats(self.fmt, self.count, self.zeros, self.nonfinite, under, sub, over, exps)
+
+
+def _classify(exponents: np.ndarray, f: formats.Format) -> tuple[int, int, int]:
+    # Counted by exponent alone, so that a loss scale (a power of two) shifts the counts exactly.
+    tiny = f.min_exponent - f.mantissa_bits  # exponent of the smallest subnormal
+    under = int(np.count_nonzero(exponents < tiny - 1))
+    sub = int(np.count_nonzero((exponents >= tiny - 1) & (exponents < f.min_exponent)))
+    over = int(np.count_nonzero(exponents > f.max_exponent))
+    return under, sub, over
+
+
+def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16") -> GradientStats:
+    """Count zeros, infs/NaNs and the values a format would flush, keep coarsely or overflow.
+
+    Parameters
+    ----------
+    values : numpy.ndarray or iterable of numpy.ndarray
+        Gradient values (any float dtype, any shapes); several arrays are pooled.
+    fmt : str or dtype, optional
+        The format to compare with (see :func:`mptutor.formats.get`).
+
+    Returns
+    -------
+    GradientStats
+        Counts and exponents; see :class:`GradientStats` for the categories.
+    """
+    f = formats.get(fmt)
+    arrays = [values] if isinstance(values, np.ndarray) else list(values)
+    flat = (
+        np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
+        if arrays
+        else np.zeros(0)
+    )
+    finite = np.isfinite(flat)
+    nonzero = finite & (flat != 0)
+    mags = np.abs(flat[nonzero])
+    exps = np.floor(np.log2(mags)).astype(np.int32) if mags.size else np.zeros(0, np.int32)
+    under, sub, over = _classify(exps, f)
+    return GradientStats(
+        fmt=f.name,
+        count=int(flat.size),
+        zeros=int(np.count_nonzero(flat == 0)),
+        nonfinite=int(np.count_nonzero(~finite)),
+        underflow=under,
+        subnormal=sub,
+        overflow=over,
+        exponents=exps,
+    )
