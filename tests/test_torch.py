@@ -1,0 +1,388 @@
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mptutor import torch as mpt
+from mptutor.scaling import DynamicLossScaler, StaticLossScaler
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 6 * 6, 4),
+    )
+
+
+def _batch(step, poison=None):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(4, 3, 8, 8, generator=g)
+    if poison is not None:
+        x[0, 0, 0, 0] = poison
+    return x.half(), torch.randint(0, 4, (4,), generator=g)
+
+
+def _loss(model, x, y):
+    return torch.nn.functional.cross_entropy(model(x).float(), y)
+
+
+# --- the talk's helper functions -------------------------------------------------------
+
+
+def test_prep_param_lists_makes_fp32_leaf_copies():
+    model = torch.nn.Linear(5, 3).half()
+    model_params, masters = mpt.prep_param_lists(model)
+    assert [p.dtype for p in masters] == [torch.float32, torch.float32]
+    assert all(m.requires_grad and m.is_leaf for m in masters)
+    for p, m in zip(model_params, masters):
+        assert torch.equal(p.float(), m)
+        assert m.data_ptr() != p.data_ptr()
+
+
+def test_flat_master_round_trip():
+    model = torch.nn.Linear(5, 3).half()
+    model_params, (flat,) = mpt.prep_param_lists(model, flat_master=True)
+    assert flat.shape == (5 * 3 + 3,) and flat.dtype == torch.float32
+    for p in model_params:
+        p.grad = torch.ones_like(p)
+    mpt.model_grads_to_master_grads(model_params, [flat], flat_master=True)
+    assert torch.equal(flat.grad, torch.ones(18))
+    with torch.no_grad():
+        flat.add_(1.0)
+    mpt.master_params_to_model_params(model_params, [flat], flat_master=True)
+    assert torch.equal(model.bias.float(), flat[-3:].half().float())
+
+
+def test_grads_and_weights_copy_between_copies():
+    model = torch.nn.Linear(4, 2).half()
+    model_params, masters = mpt.prep_param_lists(model)
+    model_params[0].grad = torch.full_like(model_params[0], 0.5)
+    mpt.model_grads_to_master_grads(model_params, masters)
+    assert masters[0].grad.dtype == torch.float32 and torch.all(masters[0].grad == 0.5)
+    assert masters[1].grad is None  # the bias had no gradient
+    with torch.no_grad():
+        masters[0].fill_(1 + 1e-4)  # representable in fp32, not in fp16
+    mpt.master_params_to_model_params(model_params, masters)
+    assert torch.all(model.weight == 1.0) and torch.all(masters[0] > 1.0)
+
+
+def test_bn_to_float_and_network_to_half():
+    net = mpt.network_to_half(_net())
+    dtypes = {name: p.dtype for name, p in net.named_parameters()}
+    assert dtypes == {
+        "0.weight": torch.float16,
+        "0.bias": torch.float16,
+        "1.weight": torch.float32,
+        "1.bias": torch.float32,
+        "4.weight": torch.float16,
+        "4.bias": torch.float16,
+    }
+    assert net[1].running_var.dtype == torch.float32
+    assert net(_batch(0)[0]).dtype == torch.float16
+    bn = torch.nn.BatchNorm1d(3).half()
+    assert mpt.bn_to_float(bn) is bn and bn.weight.dtype == torch.float32
+
+
+def test_prep_param_lists_errors():
+    frozen = torch.nn.Linear(2, 2).half().requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        mpt.prep_param_lists(frozen)
+    with pytest.raises(ValueError, match="one dtype and device"):
+        mpt.prep_param_lists(mpt.network_to_half(_net()), flat_master=True)
+
+
+# --- MasterWeightOptimizer ---------------------------------------------------------------
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def test_matches_the_hand_written_loop_of_the_talk():
+    """The helper does exactly what notebook 2 and 3 write out by hand (static scale 128)."""
+    steps, scale = 6, 128.0
+    hand = mpt.network_to_half(_net())
+    model_params, master_params = mpt.prep_param_lists(hand)
+    hand_opt = _sgd(master_params)
+    for t in range(steps):
+        x, y = _batch(t)
+        loss = _loss(hand, x, y)
+        hand.zero_grad()
+        (loss.float() * scale).backward()
+        mpt.model_grads_to_master_grads(model_params, master_params)
+        for p in master_params:
+            p.grad.mul_(1.0 / scale)
+        hand_opt.step()
+        mpt.master_params_to_model_params(model_params, master_params)
+
+    helped = mpt.network_to_half(_net())
+    opt = mpt.MasterWeightOptimizer(_sgd, helped, loss_scaler=StaticLossScaler(scale))
+    for t in range(steps):
+        x, y = _batch(t)
+        opt.backward(_loss(helped, x, y))
+        assert opt.step()
+    for a, b in zip(master_params, opt.master_params):
+        assert torch.equal(a, b)
+    for a, b in zip(hand.parameters(), helped.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_master_weights_keep_updates_that_fp16_loses():
+    model = torch.nn.Linear(1, 1, bias=False).half()
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=1e-4), model,
+                                    loss_scaler=StaticLossScaler(1.0))
+    for _ in range(100):
+        opt.backward(model(torch.ones(1, 1).half()).sum())  # gradient 1: update 1e-4
+        opt.step()
+    assert opt.master_params[0].item() == pytest.approx(1 - 100e-4, rel=1e-5)
+    assert model.weight.item() == pytest.approx(0.99, abs=2**-10)  # fp16 copy follows
+
+
+def test_accepts_an_existing_optimizer():
+    model = mpt.network_to_half(_net())
+    plain = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = mpt.MasterWeightOptimizer(plain, model)
+    assert opt.optimizer is plain
+    held = [p for g in plain.param_groups for p in g["params"]]
+    assert all(p.dtype == torch.float32 for p in held)
+    assert {id(p) for p in held} == {id(p) for p in opt.master_params}
+
+
+def test_overflow_skips_the_step_and_backs_off():
+    model = mpt.network_to_half(_net())
+    opt = mpt.MasterWeightOptimizer(_sgd, model, loss_scaler=DynamicLossScaler(init_scale=2.0**10))
+    x, y = _batch(0)
+    opt.backward(_loss(model, x, y))
+    assert opt.step()
+    before = [p.detach().clone() for p in opt.master_params]
+    momentum = [opt.optimizer.state[p]["momentum_buffer"].clone() for p in opt.master_params]
+    weights = [p.detach().clone() for p in model.parameters()]
+    x, y = _batch(1, poison=float("inf"))
+    opt.backward(_loss(model, x, y))
+    assert not opt.step()
+    assert opt.scale == 2.0**9
+    for p, b in zip(opt.master_params, before):
+        assert torch.equal(p, b)
+    for p, m in zip(opt.master_params, momentum):
+        assert torch.equal(opt.optimizer.state[p]["momentum_buffer"], m)
+    for p, w in zip(model.parameters(), weights):
+        assert torch.equal(p, w)
+    assert all(p.grad is None for p in model.parameters())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    plan=st.lists(
+        st.one_of(st.none(), st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e30])),
+        min_size=1,
+        max_size=6,
+    ),
+    adam=st.booleans(),
+    clip=st.sampled_from([None, 1.0]),
+)
+def test_weights_and_state_never_see_inf_or_nan(plan, adam, clip):
+    model = mpt.network_to_half(_net())
+    factory = (lambda p: torch.optim.Adam(p, lr=1e-3)) if adam else _sgd
+    opt = mpt.MasterWeightOptimizer(factory, model, DynamicLossScaler(init_scale=2.0**20),
+                                    clip_grad_norm=clip)
+    for t, poison in enumerate(plan):
+        before = opt.state_dict()
+        x, y = _batch(t, poison)
+        opt.backward(_loss(model, x, y))
+        took = opt.step()
+        tensors = list(opt.master_params) + list(model.parameters())
+        tensors += [v for s in opt.optimizer.state.values() for v in s.values()
+                    if torch.is_tensor(v) and v.is_floating_point()]
+        assert all(torch.isfinite(v).all() for v in tensors)
+        if not took:
+            after = opt.state_dict()
+            for a, b in zip(before["master_params"], after["master_params"]):
+                assert torch.equal(a, b)
+            assert repr(before["optimizer"]) == repr(after["optimizer"])
+
+
+def test_clipping_acts_on_unscaled_gradients():
+    model = mpt.network_to_half(_net())
+    opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=1.0), model,
+                                    StaticLossScaler(2.0**12), clip_grad_norm=0.01)
+    start = [p.detach().clone() for p in opt.master_params]
+    x, y = _batch(0)
+    opt.backward(_loss(model, x, y))
+    opt.step()
+    step = torch.cat([(s - p.detach()).flatten() for s, p in zip(start, opt.master_params)])
+    assert step.norm().item() == pytest.approx(0.01, rel=1e-3)  # lr 1: the step is the gradient
+
+
+def test_gradscaler_agrees_on_scales_and_skipped_steps():
+    """Same overflow pattern: torch.amp.GradScaler (FP32 model) and the helper (FP16 model)."""
+    plan = [None, float("inf"), None, None, None, float("nan"), None, None, None, None]
+    ref_model = _net()
+    ref_opt = _sgd(ref_model.parameters())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # GradScaler on CPU may note the device
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=3)
+    ref_scales, ref_taken = [], []
+    for t, poison in enumerate(plan):
+        x, y = _batch(t, poison)
+        ref_opt.zero_grad()
+        scaler.scale(_loss(ref_model, x.float(), y)).backward()
+        ref_scales.append(scaler.get_scale())
+        before = ref_model[0].weight.detach().clone()
+        scaler.step(ref_opt)
+        scaler.update()
+        ref_taken.append(not torch.equal(before, ref_model[0].weight))
+
+    model = mpt.network_to_half(_net())
+    opt = mpt.MasterWeightOptimizer(
+        _sgd, model, DynamicLossScaler(init_scale=2.0**8, growth_interval=3)
+    )
+    scales, taken = [], []
+    for t, poison in enumerate(plan):
+        x, y = _batch(t, poison)
+        opt.backward(_loss(model, x, y))
+        scales.append(opt.scale)
+        taken.append(opt.step())
+    assert scales == ref_scales
+    assert taken == ref_taken == [p is None for p in plan]
+
+
+_RESUME = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {tests!r})
+    from test_torch import _train
+    opt, model = _train(range({n}, {n} + {m}), resume={path!r})
+    torch.save(opt.state_dict(), {out!r})
+    """
+)
+
+
+def _train(steps, resume=None):
+    model = mpt.network_to_half(_net())
+    opt = mpt.MasterWeightOptimizer(
+        lambda p: torch.optim.Adam(p, lr=1e-3), model,
+        DynamicLossScaler(init_scale=2.0**14, growth_interval=2),
+    )
+    if resume is not None:
+        opt.load(resume)
+    for t in steps:
+        x, y = _batch(t, poison=float("inf") if t % 5 == 3 else None)
+        opt.backward(_loss(model, x, y))
+        opt.step()
+    return opt, model
+
+
+def test_resume_in_a_fresh_process_is_bit_exact(tmp_path):
+    n, m = 7, 6
+    whole, _ = _train(range(n + m))
+    first, _ = _train(range(n))
+    ckpt = tmp_path / "ckpt.pt"
+    first.save(ckpt)
+    out = tmp_path / "resumed.pt"
+    code = _RESUME.format(tests=str(__import__("pathlib").Path(__file__).parent), n=n, m=m,
+                          path=str(ckpt), out=str(out))
+    subprocess.run([sys.executable, "-c", code], check=True)
+    resumed = torch.load(out, weights_only=True)
+    expected = whole.state_dict()
+    for a, b in zip(expected["master_params"], resumed["master_params"]):
+        assert torch.equal(a, b)
+    assert expected["loss_scaler"] == resumed["loss_scaler"]
+    for key, state in expected["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value, resumed["optimizer"]["state"][key][name]), name
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    opt, _ = _train(range(2))
+    target = tmp_path / "ckpt.pt"
+    opt.save(target)
+    good = target.read_bytes()
+
+    def broken_save(obj, f):
+        with open(f, "wb") as fh:
+            fh.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        opt.save(target)
+    assert target.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+def test_fp32_model_is_refused():
+    with pytest.raises(ValueError, match=r"torch.float32.*network_to_half"):
+        mpt.MasterWeightOptimizer(_sgd, torch.nn.Linear(2, 2))
+
+
+def test_model_without_trainable_parameters_is_refused():
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        mpt.MasterWeightOptimizer(_sgd, torch.nn.ReLU())
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, True, "1"])
+def test_bad_clip_value(bad):
+    with pytest.raises(ValueError, match="clip_grad_norm"):
+        mpt.MasterWeightOptimizer(_sgd, torch.nn.Linear(2, 2).half(), clip_grad_norm=bad)
+
+
+def test_bad_optimizers():
+    model = torch.nn.Linear(2, 2).half()
+    with pytest.raises(TypeError, match="factory"):
+        mpt.MasterWeightOptimizer(42, model)
+    with pytest.raises(TypeError, match="not an optimizer"):
+        mpt.MasterWeightOptimizer(lambda p: p, model)
+    other = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    with pytest.raises(ValueError, match="not trainable parameters of the model"):
+        mpt.MasterWeightOptimizer(other, model)
+    used = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 2).half()).float().sum().backward()
+    used.step()
+    with pytest.raises(ValueError, match="already has state"):
+        mpt.MasterWeightOptimizer(used, model)
+
+
+def test_bad_checkpoints(tmp_path):
+    opt, _ = _train(range(1))
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        opt.load(tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="need keys"):
+        opt.load_state_dict({"master_params": []})
+    other = mpt.MasterWeightOptimizer(_sgd, torch.nn.Linear(3, 3).half())
+    with pytest.raises(ValueError, match="shapes differ"):
+        other.load_state_dict(opt.state_dict())
+
+
+@pytest.mark.gpu
+def test_one_host_sync_per_step_on_gpu():
+    model = mpt.network_to_half(_net()).cuda()
+    opt = mpt.MasterWeightOptimizer(_sgd, model, clip_grad_norm=1.0)
+    x, y = (t.cuda() for t in _batch(0))
+    opt.backward(_loss(model, x, y))
+    opt.step()  # warm-up: optimizer state is created here
+    opt.backward(_loss(model, x, y))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            opt.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) == 1, [str(w.message) for w in syncs]
