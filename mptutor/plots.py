@@ -18,8 +18,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
     from mptutor.gradients import GradientStats
+    from mptutor.scaling import ScaleHistory
 
-__all__ = ["format_ranges", "value_spacing", "update_survival", "gradient_histogram"]
+__all__ = [
+    "format_ranges",
+    "value_spacing",
+    "update_survival",
+    "gradient_histogram",
+    "loss_scale_trace",
+]
 
 _NORMAL = "#1f77b4"
 _SUBNORMAL = "#9ecae1"
@@ -203,4 +210,39 @@ def gradient_histogram(
     ax.set_xlabel("log2 |gradient|")
     ax.set_ylabel("values")
     ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def loss_scale_trace(
+    history: ScaleHistory | Mapping[str, ScaleHistory],
+    ax: Axes | None = None,
+) -> Figure:
+    """The loss scale over a run on a log2 axis, with the skipped (overflowed) steps marked.
+
+    Parameters
+    ----------
+    history : ScaleHistory or mapping of str to ScaleHistory
+        ``scaler.history`` of a :class:`~mptutor.scaling.DynamicLossScaler` or
+        :class:`~mptutor.scaling.StaticLossScaler`; several runs are drawn with their labels.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        A step line of the scale used at each step, and a cross at each skipped step.
+    """
+    runs = {"loss scale": history} if not isinstance(history, Mapping) else dict(history)
+    fig, ax = _axes(ax, (9, 3.4))
+    for i, (label, h) in enumerate(runs.items()):
+        steps, scales, skipped = h.arrays()
+        mask = np.asarray(skipped, dtype=bool)
+        ax.step(steps, scales, where="post", color=f"C{i}", label=label)
+        ax.plot(steps[mask], scales[mask], "x", color=f"C{i}", ms=6,
+                label=f"{label}: skipped steps ({int(mask.sum())})")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss scale")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return fig

@@ -69,3 +69,17 @@ def test_gradient_histogram_refuses_mixed_formats():
     a, b = gradient_stats(np.ones(3), "fp16"), gradient_stats(np.ones(3), "bf16")
     with pytest.raises(ValueError, match="one format"):
         plots.gradient_histogram({"a": a, "b": b})
+
+
+def test_loss_scale_trace_marks_skipped_steps():
+    from mptutor.scaling import DynamicLossScaler
+
+    scaler = DynamicLossScaler(init_scale=2.0**4, growth_interval=2)
+    for found_inf in [False, False, True, False, True, False, False]:
+        scaler.update(found_inf)
+    ax = plots.loss_scale_trace(scaler.history).axes[0]
+    line, crosses = ax.lines
+    np.testing.assert_array_equal(line.get_ydata(), [16, 16, 32, 16, 16, 8, 8])
+    np.testing.assert_array_equal(crosses.get_xdata(), [2, 4])
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["loss scale", "loss scale: skipped steps (2)"]
