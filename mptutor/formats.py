@@ -152,6 +152,7 @@ _ALIASES: dict[str, str] = {
 
 #: The short names of the known formats, widest first.
 FORMAT_NAMES: tuple[str, ...] = tuple(_DTYPES)
+_EXTRA_ALIASES: tuple[str, ...] = tuple(sorted(set(_ALIASES) - set(FORMAT_NAMES)))
 
 
 def _make(name: str) -> Format:
@@ -221,7 +222,7 @@ def get(fmt: Any) -> Format:
     if short is None:
         raise ValueError(
             f"unknown floating-point format {fmt!r}; known formats are "
-            f"{', '.join(FORMAT_NAMES)} (aliases: {', '.join(sorted(set(_ALIASES) - set(FORMAT_NAMES)))})"
+            f"{', '.join(FORMAT_NAMES)} (aliases: {', '.join(_EXTRA_ALIASES)})"
         )
     return _FORMATS[short]
 
@@ -398,7 +399,7 @@ def representable_values(low: float, high: float, fmt: Any, limit: int = 100_000
 
 
 def table(fmts: Any = None) -> Table:
-    """A table of the formats' properties that prints well in a notebook.
+    """Tabulate the formats' properties in a table that prints well in a notebook.
 
     Parameters
     ----------

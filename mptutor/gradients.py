@@ -77,7 +77,7 @@ class GradientStats:
         return getattr(self, what) / self.count if self.count else 0.0
 
     def scaled(self, factor: float) -> GradientStats:
-        """The statistics the same values would have after multiplying them by ``factor``.
+        """Return the statistics the same values would have after multiplying them by ``factor``.
 
         Parameters
         ----------
@@ -100,7 +100,9 @@ class GradientStats:
             raise ValueError(f"factor must be a positive power of two, got {factor!r}")
         exps = self.exponents + int(shift)
         under, sub, over = _classify(exps, formats.get(self.fmt))
-        return GradientStats(self.fmt, self.count, self.zeros, self.nonfinite, under, sub, over, exps)
+        return GradientStats(
+            self.fmt, self.count, self.zeros, self.nonfinite, under, sub, over, exps
+        )
 
 
 def _classify(exponents: np.ndarray, f: formats.Format) -> tuple[int, int, int]:

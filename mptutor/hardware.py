@@ -60,7 +60,14 @@ _ARCHITECTURES: tuple[tuple[tuple[int, int], str], ...] = (
 )
 
 #: CPU flags (from /proc/cpuinfo) that speed up low-precision arithmetic on a CPU.
-_CPU_FLAGS: tuple[str, ...] = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+_CPU_FLAGS: tuple[str, ...] = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_bf16",
+    "amx_fp16",
+)
 
 
 def architecture(compute_capability: tuple[int, int]) -> str:
@@ -167,8 +174,10 @@ class HardwareReport:
 
     @property
     def device(self) -> str:
-        """``"cuda"`` when a GPU is present and not hidden by ``MPTUTOR_DEVICE=cpu``, else ``"cpu"``."""
-        return "cuda" if self.gpus and os.environ.get("MPTUTOR_DEVICE", "").lower() != "cpu" else "cpu"
+        """``"cuda"`` with a GPU (unless ``MPTUTOR_DEVICE=cpu`` hides it), else ``"cpu"``."""
+        return (
+            "cuda" if self.gpus and os.environ.get("MPTUTOR_DEVICE", "").lower() != "cpu" else "cpu"
+        )
 
     def summary(self) -> str:
         """One line naming the device that notebooks will use.

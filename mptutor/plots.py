@@ -150,8 +150,15 @@ def update_survival(
         ax.plot(ratios, share, label=name, color=color)
         threshold = formats.lost_update_ratio(name)
         ax.axvline(threshold, color=color, ls="--", lw=0.8)
-        ax.text(threshold, 1.02, f"2**{int(math.log2(threshold))}", color=color, ha="center",
-                fontsize=8, transform=ax.get_xaxis_transform())
+        ax.text(
+            threshold,
+            1.02,
+            f"2**{int(math.log2(threshold))}",
+            color=color,
+            ha="center",
+            fontsize=8,
+            transform=ax.get_xaxis_transform(),
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("update / weight")
     ax.set_ylabel("share of weights changed")
@@ -199,12 +206,20 @@ def gradient_histogram(
     right = max([f.max_exponent + 2, *highs]) + 2
     ax.axvspan(left, tiny - 1, color="#d62728", alpha=0.08, label=f"{f.name}: rounds to zero")
     ax.axvspan(tiny - 1, f.min_exponent, color=_SUBNORMAL, alpha=0.3, label=f"{f.name}: subnormal")
-    ax.axvspan(f.min_exponent, f.max_exponent + 1, color=_NORMAL, alpha=0.1, label=f"{f.name}: normal")
+    ax.axvspan(
+        f.min_exponent, f.max_exponent + 1, color=_NORMAL, alpha=0.1, label=f"{f.name}: normal"
+    )
     ax.axvspan(f.max_exponent + 1, right, color="#ff7f0e", alpha=0.1, label=f"{f.name}: overflow")
     bins = np.arange(left, right + 1)
     for i, (label, s) in enumerate(series.items()):
-        ax.hist(s.exponents, bins=bins, histtype="step", lw=1.5, color=f"C{i}",
-                label=f"{label} ({100 * s.share('underflow'):.1f}% flushed to zero)")
+        ax.hist(
+            s.exponents,
+            bins=bins,
+            histtype="step",
+            lw=1.5,
+            color=f"C{i}",
+            label=f"{label} ({100 * s.share('underflow'):.1f}% flushed to zero)",
+        )
     ax.set_xlim(left, right)
     ax.set_yscale("log")
     ax.set_xlabel("log2 |gradient|")
@@ -217,7 +232,7 @@ def loss_scale_trace(
     history: ScaleHistory | Mapping[str, ScaleHistory],
     ax: Axes | None = None,
 ) -> Figure:
-    """The loss scale over a run on a log2 axis, with the skipped (overflowed) steps marked.
+    """Plot the loss scale over a run on a log2 axis, with the skipped (overflowed) steps marked.
 
     Parameters
     ----------
@@ -238,8 +253,14 @@ def loss_scale_trace(
         steps, scales, skipped = h.arrays()
         mask = np.asarray(skipped, dtype=bool)
         ax.step(steps, scales, where="post", color=f"C{i}", label=label)
-        ax.plot(steps[mask], scales[mask], "x", color=f"C{i}", ms=6,
-                label=f"{label}: skipped steps ({int(mask.sum())})")
+        ax.plot(
+            steps[mask],
+            scales[mask],
+            "x",
+            color=f"C{i}",
+            ms=6,
+            label=f"{label}: skipped steps ({int(mask.sum())})",
+        )
     ax.set_yscale("log", base=2)
     ax.set_xlabel("step")
     ax.set_ylabel("loss scale")

@@ -99,16 +99,16 @@ class Table:
 
     def __repr__(self) -> str:
         body = self._text_rows()
-        widths = [
-            max([len(c)] + [len(r[i]) for r in body]) for i, c in enumerate(self.columns)
-        ]
+        widths = [max([len(c)] + [len(r[i]) for r in body]) for i, c in enumerate(self.columns)]
         lines = []
         if self.title:
             lines.append(self.title)
-        lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths)).rstrip())
+        lines.append(
+            "  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True)).rstrip()
+        )
         lines.append("  ".join("-" * w for w in widths))
         for r in body:
-            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

@@ -47,8 +47,9 @@ def _trainable(model: nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
     params = model.parameters() if isinstance(model, nn.Module) else model
     found = [p for p in params if p.requires_grad]
     if not found:
-        raise ValueError("no trainable parameters: the model (or list) has no parameter with "
-                         "requires_grad=True")
+        raise ValueError(
+            "no trainable parameters: the model (or list) has no parameter with requires_grad=True"
+        )
     return found
 
 
@@ -145,7 +146,7 @@ def master_params_to_model_params(
 
 
 def bn_to_float(module: nn.Module) -> nn.Module:
-    """Convert every BatchNorm layer of a module to FP32, in place (the talk's ``BN_convert_float``).
+    """Convert every BatchNorm layer of a module to FP32 in place (the talk's ``BN_convert_float``).
 
     BatchNorm reduces over the batch to compute its statistics; in FP32 those sums keep their
     precision. PyTorch's BatchNorm accepts FP16 input with FP32 parameters.
@@ -251,11 +252,15 @@ class MasterWeightOptimizer:
             and math.isfinite(clip_grad_norm)
             and clip_grad_norm > 0
         ):
-            raise ValueError(f"clip_grad_norm must be a positive finite number, got {clip_grad_norm!r}")
+            raise ValueError(
+                f"clip_grad_norm must be a positive finite number, got {clip_grad_norm!r}"
+            )
         self.model = model
         self.flat_master = flat_master
         self.model_params, self.master_params = prep_param_lists(model_params, flat_master)
-        self.loss_scaler: LossScaler = loss_scaler if loss_scaler is not None else DynamicLossScaler()
+        self.loss_scaler: LossScaler = (
+            loss_scaler if loss_scaler is not None else DynamicLossScaler()
+        )
         self.clip_grad_norm = clip_grad_norm
         self.optimizer = self._attach(optimizer)
         device = self.master_params[0].device
@@ -268,10 +273,15 @@ class MasterWeightOptimizer:
     ) -> torch.optim.Optimizer:
         if isinstance(optimizer, torch.optim.Optimizer):
             if optimizer.state:
-                raise ValueError("the optimizer already has state; pass a fresh optimizer or a factory")
+                raise ValueError(
+                    "the optimizer already has state; pass a fresh optimizer or a factory"
+                )
             if self.flat_master:
                 raise ValueError("flat_master needs an optimizer factory, not an optimizer")
-            swap = {id(m): master for m, master in zip(self.model_params, self.master_params)}
+            swap = {
+                id(m): master
+                for m, master in zip(self.model_params, self.master_params, strict=True)
+            }
             for group in optimizer.param_groups:
                 missing = [p for p in group["params"] if id(p) not in swap]
                 if missing:
@@ -284,7 +294,9 @@ class MasterWeightOptimizer:
         if callable(optimizer):
             built = optimizer(self.master_params)
             if not isinstance(built, torch.optim.Optimizer):
-                raise TypeError(f"the optimizer factory returned {type(built).__name__}, not an optimizer")
+                raise TypeError(
+                    f"the optimizer factory returned {type(built).__name__}, not an optimizer"
+                )
             return built
         raise TypeError(
             f"optimizer must be a torch.optim.Optimizer or a factory taking the master parameters, "
@@ -345,7 +357,9 @@ class MasterWeightOptimizer:
         self._found_inf.zero_()
         self._inv_scale.fill_(1.0 / self.loss_scaler.scale)
         if grads:
-            torch._amp_foreach_non_finite_check_and_unscale_(grads, self._found_inf, self._inv_scale)
+            torch._amp_foreach_non_finite_check_and_unscale_(
+                grads, self._found_inf, self._inv_scale
+            )
         found_inf = bool(self._found_inf.item())  # the one host sync of the step
         take = self.loss_scaler.update(found_inf)
         if take:
@@ -388,15 +402,22 @@ class MasterWeightOptimizer:
         needed = {"master_params", "optimizer", "loss_scaler", "flat_master"}
         if not isinstance(state, dict) or not needed <= set(state):
             have = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"not a MasterWeightOptimizer state: need keys {sorted(needed)}, got {have}")
+            raise ValueError(
+                f"not a MasterWeightOptimizer state: need keys {sorted(needed)}, got {have}"
+            )
         if state["flat_master"] != self.flat_master:
-            raise ValueError(f"state has flat_master={state['flat_master']}, this optimizer {self.flat_master}")
+            raise ValueError(
+                f"state has flat_master={state['flat_master']}, this optimizer {self.flat_master}"
+            )
         saved = state["master_params"]
         shapes = [tuple(p.shape) for p in self.master_params]
         if [tuple(p.shape) for p in saved] != shapes:
-            raise ValueError(f"master weight shapes differ: saved {[tuple(p.shape) for p in saved]}, model {shapes}")
+            raise ValueError(
+                f"master weight shapes differ: saved {[tuple(p.shape) for p in saved]}, "
+                f"model {shapes}"
+            )
         with torch.no_grad():
-            for master, value in zip(self.master_params, saved):
+            for master, value in zip(self.master_params, saved, strict=True):
                 master.copy_(value)
         self.optimizer.load_state_dict(state["optimizer"])
         self.loss_scaler.load_state_dict(state["loss_scaler"])

@@ -9,7 +9,11 @@ from mptutor import notebooks
 def _notebook(path, *sources):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
     return path
 
@@ -17,7 +21,9 @@ def _notebook(path, *sources):
 def test_run_all_writes_executed_copies_html_and_summary(tmp_path, capsys):
     src = tmp_path / "nbs"
     src.mkdir()
-    _notebook(src / "01-ok.ipynb", "x = 6 * 7\nx", "import os\nprint(os.path.basename(os.getcwd()))")
+    _notebook(
+        src / "01-ok.ipynb", "x = 6 * 7\nx", "import os\nprint(os.path.basename(os.getcwd()))"
+    )
     _notebook(src / "02-bad.ipynb", "1 / 0", "print('not reached')")
     out = tmp_path / "build"
     results = notebooks.run_all([src], out_dir=out)

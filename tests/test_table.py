@@ -4,8 +4,10 @@ from mptutor.table import Table
 
 
 def test_text_and_html():
-    t = Table([{"name": "fp16", "max": 65504.0, "ok": True}, {"name": "bf16", "extra": 1}],
-              title="formats")
+    t = Table(
+        [{"name": "fp16", "max": 65504.0, "ok": True}, {"name": "bf16", "extra": 1}],
+        title="formats",
+    )
     assert t.columns == ["name", "max", "ok", "extra"]
     lines = repr(t).splitlines()
     assert lines[0] == "formats"

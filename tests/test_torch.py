@@ -44,7 +44,7 @@ def test_prep_param_lists_makes_fp32_leaf_copies():
     model_params, masters = mpt.prep_param_lists(model)
     assert [p.dtype for p in masters] == [torch.float32, torch.float32]
     assert all(m.requires_grad and m.is_leaf for m in masters)
-    for p, m in zip(model_params, masters):
+    for p, m in zip(model_params, masters, strict=True):
         assert torch.equal(p.float(), m)
         assert m.data_ptr() != p.data_ptr()
 
@@ -131,9 +131,9 @@ def test_matches_the_hand_written_loop_of_the_talk():
         x, y = _batch(t)
         opt.backward(_loss(helped, x, y))
         assert opt.step()
-    for a, b in zip(master_params, opt.master_params):
+    for a, b in zip(master_params, opt.master_params, strict=True):
         assert torch.equal(a, b)
-    for a, b in zip(hand.parameters(), helped.parameters()):
+    for a, b in zip(hand.parameters(), helped.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
@@ -141,8 +141,9 @@ def test_master_weights_keep_updates_that_fp16_loses():
     model = torch.nn.Linear(1, 1, bias=False).half()
     with torch.no_grad():
         model.weight.fill_(1.0)
-    opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=1e-4), model,
-                                    loss_scaler=StaticLossScaler(1.0))
+    opt = mpt.MasterWeightOptimizer(
+        lambda p: torch.optim.SGD(p, lr=1e-4), model, loss_scaler=StaticLossScaler(1.0)
+    )
     for _ in range(100):
         opt.backward(model(torch.ones(1, 1).half()).sum())  # gradient 1: update 1e-4
         opt.step()
@@ -173,11 +174,11 @@ def test_overflow_skips_the_step_and_backs_off():
     opt.backward(_loss(model, x, y))
     assert not opt.step()
     assert opt.scale == 2.0**9
-    for p, b in zip(opt.master_params, before):
+    for p, b in zip(opt.master_params, before, strict=True):
         assert torch.equal(p, b)
-    for p, m in zip(opt.master_params, momentum):
+    for p, m in zip(opt.master_params, momentum, strict=True):
         assert torch.equal(opt.optimizer.state[p]["momentum_buffer"], m)
-    for p, w in zip(model.parameters(), weights):
+    for p, w in zip(model.parameters(), weights, strict=True):
         assert torch.equal(p, w)
     assert all(p.grad is None for p in model.parameters())
 
@@ -195,33 +196,41 @@ def test_overflow_skips_the_step_and_backs_off():
 def test_weights_and_state_never_see_inf_or_nan(plan, adam, clip):
     model = mpt.network_to_half(_net())
     factory = (lambda p: torch.optim.Adam(p, lr=1e-3)) if adam else _sgd
-    opt = mpt.MasterWeightOptimizer(factory, model, DynamicLossScaler(init_scale=2.0**20),
-                                    clip_grad_norm=clip)
+    opt = mpt.MasterWeightOptimizer(
+        factory, model, DynamicLossScaler(init_scale=2.0**20), clip_grad_norm=clip
+    )
     for t, poison in enumerate(plan):
         before = opt.state_dict()
         x, y = _batch(t, poison)
         opt.backward(_loss(model, x, y))
         took = opt.step()
         tensors = list(opt.master_params) + list(model.parameters())
-        tensors += [v for s in opt.optimizer.state.values() for v in s.values()
-                    if torch.is_tensor(v) and v.is_floating_point()]
+        tensors += [
+            v
+            for s in opt.optimizer.state.values()
+            for v in s.values()
+            if torch.is_tensor(v) and v.is_floating_point()
+        ]
         assert all(torch.isfinite(v).all() for v in tensors)
         if not took:
             after = opt.state_dict()
-            for a, b in zip(before["master_params"], after["master_params"]):
+            for a, b in zip(before["master_params"], after["master_params"], strict=True):
                 assert torch.equal(a, b)
             assert repr(before["optimizer"]) == repr(after["optimizer"])
 
 
 def test_clipping_acts_on_unscaled_gradients():
     model = mpt.network_to_half(_net())
-    opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=1.0), model,
-                                    StaticLossScaler(2.0**12), clip_grad_norm=0.01)
+    opt = mpt.MasterWeightOptimizer(
+        lambda p: torch.optim.SGD(p, lr=1.0), model, StaticLossScaler(2.0**12), clip_grad_norm=0.01
+    )
     start = [p.detach().clone() for p in opt.master_params]
     x, y = _batch(0)
     opt.backward(_loss(model, x, y))
     opt.step()
-    step = torch.cat([(s - p.detach()).flatten() for s, p in zip(start, opt.master_params)])
+    step = torch.cat(
+        [(s - p.detach()).flatten() for s, p in zip(start, opt.master_params, strict=True)]
+    )
     assert step.norm().item() == pytest.approx(0.01, rel=1e-3)  # lr 1: the step is the gradient
 
 
@@ -272,7 +281,8 @@ _RESUME = textwrap.dedent(
 def _train(steps, resume=None):
     model = mpt.network_to_half(_net())
     opt = mpt.MasterWeightOptimizer(
-        lambda p: torch.optim.Adam(p, lr=1e-3), model,
+        lambda p: torch.optim.Adam(p, lr=1e-3),
+        model,
         DynamicLossScaler(init_scale=2.0**14, growth_interval=2),
     )
     if resume is not None:
@@ -291,12 +301,17 @@ def test_resume_in_a_fresh_process_is_bit_exact(tmp_path):
     ckpt = tmp_path / "ckpt.pt"
     first.save(ckpt)
     out = tmp_path / "resumed.pt"
-    code = _RESUME.format(tests=str(__import__("pathlib").Path(__file__).parent), n=n, m=m,
-                          path=str(ckpt), out=str(out))
+    code = _RESUME.format(
+        tests=str(__import__("pathlib").Path(__file__).parent),
+        n=n,
+        m=m,
+        path=str(ckpt),
+        out=str(out),
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     resumed = torch.load(out, weights_only=True)
     expected = whole.state_dict()
-    for a, b in zip(expected["master_params"], resumed["master_params"]):
+    for a, b in zip(expected["master_params"], resumed["master_params"], strict=True):
         assert torch.equal(a, b)
     assert expected["loss_scaler"] == resumed["loss_scaler"]
     for key, state in expected["optimizer"]["state"].items():

@@ -1,0 +1,168 @@
+"""TensorFlow / Keras 3 helpers: a loss-scaled GradientTape step and gradient statistics.
+
+Use it the d2l way (this module imports TensorFlow and Keras)::
+
+    from mptutor import tensorflow as mtf
+
+Importing it sets ``TF_CPP_MIN_LOG_LEVEL=3`` (unless you set it yourself) before TensorFlow is
+imported, so notebooks do not fill with C++ start-up logs. For everyday training prefer Keras's
+own ``mixed_float16`` policy with ``keras.optimizers.LossScaleOptimizer`` (notebook 6); this
+module drives the same state machine as :mod:`mptutor.scaling` so that the three frameworks
+can be compared step for step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from mptutor.gradients import GradientStats, gradient_stats  # noqa: E402
+from mptutor.scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
+
+__all__ = ["LossScaledStep", "gradients_stats", "tf", "keras"]
+
+LossScaler = DynamicLossScaler | StaticLossScaler
+
+
+def gradients_stats(grads: Sequence[tf.Tensor | None], fmt: Any = "fp16") -> GradientStats:
+    """Statistics of a list of gradients (``None`` entries are ignored).
+
+    Parameters
+    ----------
+    grads : sequence of tf.Tensor or None
+        As returned by ``tape.gradient``.
+    fmt : str or dtype, optional
+        The format to measure against (see :func:`mptutor.formats.get`).
+
+    Returns
+    -------
+    GradientStats
+        Zeros, infs/NaNs, values that would underflow or overflow in ``fmt``, exponents.
+    """
+    return gradient_stats([g.numpy() for g in grads if g is not None], fmt)
+
+
+class LossScaledStep:
+    """One training step with loss scaling in a ``tf.GradientTape`` loop.
+
+    The loss is cast to float32 and multiplied by the scaler's scale; the gradients of the
+    trainable variables are divided by the scale, checked for inf/NaN (one host read per step),
+    and applied only if they are all finite. The scaler then adjusts the scale. With the
+    ``mixed_float16`` policy the variables, and so the gradients, are float32: master weights
+    come for free.
+
+    Parameters
+    ----------
+    model : keras.Model
+        The model.
+    optimizer : keras.optimizers.Optimizer
+        A plain optimizer (not a ``LossScaleOptimizer``: the scaling happens here).
+    loss_fn : callable
+        ``loss_fn(y_true, y_pred) -> scalar tensor``.
+    loss_scaler : DynamicLossScaler or StaticLossScaler, optional
+        A :class:`~mptutor.scaling.DynamicLossScaler` with Keras's defaults (initial scale
+        ``2**15``, growth every 2000 clean steps) when omitted.
+    clip_norm : float, optional
+        Clip the global norm of the unscaled gradients to this value.
+    compile : bool, optional
+        Trace the forward and backward pass with ``tf.function`` (default) or run eagerly.
+
+    Raises
+    ------
+    TypeError
+        If ``optimizer`` is a ``LossScaleOptimizer`` (the loss would be scaled twice).
+    ValueError
+        If ``clip_norm`` is not a positive finite number or the model has no trainable
+        variables.
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        loss_fn: Callable[[Any, Any], tf.Tensor],
+        loss_scaler: LossScaler | None = None,
+        clip_norm: float | None = None,
+        compile: bool = True,
+    ) -> None:
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            raise TypeError(
+                "pass the inner optimizer, not a LossScaleOptimizer: LossScaledStep scales the "
+                "loss itself, so the loss would be scaled twice"
+            )
+        if clip_norm is not None and not (
+            isinstance(clip_norm, (int, float))
+            and not isinstance(clip_norm, bool)
+            and math.isfinite(clip_norm)
+            and clip_norm > 0
+        ):
+            raise ValueError(f"clip_norm must be a positive finite number, got {clip_norm!r}")
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.loss_scaler: LossScaler = (
+            loss_scaler if loss_scaler is not None else DynamicLossScaler(init_scale=2.0**15)
+        )
+        self.clip_norm = clip_norm
+        self._grads = tf.function(self._scaled_grads) if compile else self._scaled_grads
+
+    def _scaled_grads(
+        self, x: Any, y: Any, scale: tf.Tensor
+    ) -> tuple[tf.Tensor, list[tf.Tensor | None], tf.Tensor]:
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            pred = self.model(x, training=True)
+            loss = tf.cast(self.loss_fn(y, pred), tf.float32)
+            scaled = loss * scale
+        grads = tape.gradient(scaled, variables)
+        grads = [None if g is None else tf.cast(g, tf.float32) / scale for g in grads]
+        present = [g for g in grads if g is not None]
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in present])
+        return loss, grads, finite
+
+    def __call__(self, x: Any, y: Any) -> tuple[float, bool]:
+        """Run one step.
+
+        Parameters
+        ----------
+        x, y : array_like or tf.Tensor
+            A batch of inputs and targets.
+
+        Returns
+        -------
+        loss : float
+            The unscaled loss of the batch.
+        took : bool
+            Whether the update was applied (``False``: inf/NaN found, step skipped).
+
+        Raises
+        ------
+        ValueError
+            If the model has no trainable variables.
+        """
+        if not self.model.trainable_variables:
+            if not self.model.built:
+                self.model(x)
+            if not self.model.trainable_variables:
+                raise ValueError("the model has no trainable variables")
+        scale = tf.constant(self.loss_scaler.scale, tf.float32)
+        loss, grads, finite = self._grads(x, y, scale)
+        took = self.loss_scaler.update(not bool(finite.numpy()))  # the one host read
+        if took:
+            pairs = [
+                (g, v)
+                for g, v in zip(grads, self.model.trainable_variables, strict=True)
+                if g is not None
+            ]
+            new_grads = [g for g, _ in pairs]
+            if self.clip_norm is not None:
+                new_grads, _ = tf.clip_by_global_norm(new_grads, self.clip_norm)
+            self.optimizer.apply(new_grads, [v for _, v in pairs])
+        return float(loss.numpy()), took

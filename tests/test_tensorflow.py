@@ -1,0 +1,116 @@
+import numpy as np
+import pytest
+
+from mptutor import tensorflow as mtf
+from mptutor.scaling import DynamicLossScaler, StaticLossScaler
+
+tf, keras = mtf.tf, mtf.keras
+
+
+def _model(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)]
+    )
+
+
+def _batch(step, poison=None):
+    rng = np.random.default_rng(100 + step)
+    x = rng.normal(size=(5, 6)).astype("float32")
+    if poison is not None:
+        x[0, 0] = poison
+    return x, rng.integers(0, 3, 5)
+
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+PLAN = [None, None, np.inf, None, None, None, np.nan, None, None]
+
+
+def test_matches_keras_loss_scale_optimizer_step_for_step():
+    """Same model, same batches, same overflows: identical weights and scales at every step."""
+    ref = _model()
+    lso = keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.1, momentum=0.9), initial_scale=2.0**15, dynamic_growth_steps=2
+    )
+    mine = _model()
+    step = mtf.LossScaledStep(
+        mine,
+        keras.optimizers.SGD(0.1, momentum=0.9),
+        LOSS,
+        DynamicLossScaler(init_scale=2.0**15, growth_interval=2),
+    )
+    for t, poison in enumerate(PLAN):
+        x, y = _batch(t, poison)
+        with tf.GradientTape() as tape:
+            scaled = lso.scale_loss(LOSS(y, ref(x, training=True)))
+        lso.apply(tape.gradient(scaled, ref.trainable_variables), ref.trainable_variables)
+        _, took = step(x, y)
+        assert took == (poison is None)
+        assert step.loss_scaler.scale == float(lso.dynamic_scale.numpy())
+        for a, b in zip(ref.get_weights(), mine.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_skipped_step_changes_nothing_and_weights_stay_finite():
+    model = _model()
+    step = mtf.LossScaledStep(model, keras.optimizers.Adam(1e-2), LOSS, StaticLossScaler(2.0**10))
+    step(*_batch(0))
+    before = [w.copy() for w in model.get_weights()]
+    opt_before = [v.numpy().copy() for v in step.optimizer.variables]
+    loss, took = step(*_batch(1, poison=np.inf))
+    assert not took and not np.isfinite(loss)
+    for a, b in zip(before, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, v in zip(opt_before, step.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(a, v.numpy())
+    assert step.loss_scaler.history.skipped_steps().tolist() == [1]
+
+
+def test_mixed_float16_model_keeps_float32_variables_and_trains():
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        model = _model()
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+    step = mtf.LossScaledStep(model, keras.optimizers.SGD(0.5), LOSS, compile=False)
+    losses = [step(*_batch(0))[0] for _ in range(15)]
+    assert losses[-1] < losses[0]
+
+
+def test_clipping_limits_the_update():
+    model = _model()
+    step = mtf.LossScaledStep(
+        model, keras.optimizers.SGD(1.0), LOSS, StaticLossScaler(8.0), clip_norm=1e-3
+    )
+    before = model.get_weights()
+    step(*_batch(0))
+    delta = np.concatenate(
+        [(a - b).ravel() for a, b in zip(before, model.get_weights(), strict=True)]
+    )
+    assert np.linalg.norm(delta) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_gradient_stats_of_a_tape():
+    model = _model()
+    x, y = _batch(0)
+    with tf.GradientTape() as tape:
+        tiny = LOSS(y, model(x)) * 2.0**-20
+    grads = tape.gradient(tiny, model.trainable_variables)
+    stats = mtf.gradients_stats(grads + [None], "fp16")
+    assert stats.count == sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    assert stats.underflow > 0  # tiny gradients fall below fp16's range
+    assert stats.scaled(2.0**20).underflow < stats.underflow
+
+
+def test_bad_arguments():
+    model = _model()
+    lso = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    with pytest.raises(TypeError, match="scaled twice"):
+        mtf.LossScaledStep(model, lso, LOSS)
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="clip_norm"):
+            mtf.LossScaledStep(model, keras.optimizers.SGD(0.1), LOSS, clip_norm=bad)
+    empty = keras.Sequential([keras.Input((6,)), keras.layers.Lambda(lambda t: t)])
+    with pytest.raises(ValueError, match="no trainable variables"):
+        mtf.LossScaledStep(empty, keras.optimizers.SGD(0.1), LOSS)(*_batch(0))
