@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,9 @@ __all__ = [
     "bn_to_float",
     "network_to_half",
     "MasterWeightOptimizer",
+    "is_tensor_core_kernel",
+    "tensor_core_kernels",
+    "KernelRecord",
 ]
 
 #: Parameter dtypes that :class:`MasterWeightOptimizer` keeps an FP32 master copy of.
@@ -461,3 +466,123 @@ class MasterWeightOptimizer:
             raise FileNotFoundError(f"no checkpoint at {path}")
         state = torch.load(path, map_location=self.master_params[0].device, weights_only=True)
         self.load_state_dict(state)
+
+
+# --- Tensor Core kernels ----------------------------------------------------------------------
+
+# MMA instruction shapes in cuBLAS/cuDNN kernel names: Volta "884", Turing "1688",
+# Ampere and later "16816" (also 1684, 16832 and int8 8816/8832), as in "s884gemm", "h1688gemm".
+_MMA_SHAPE = re.compile(r"[a-z](884|1688|1684|16816|16832|8816|8832)(gemm|cudnn|_|$)")
+# Names that say "Tensor Core" outright: CUTLASS tensorop/wmma, Hopper warpgroup MMA, xmma tiles.
+_TC_WORDS = ("tensorop", "wmma", "wgmma", "gmma", "hmma", "imma", "tensor16x8", "tensor8x8")
+# Low-precision operand types in GEMM/convolution kernel names (xmma, cutlass, cudnn, sm80+).
+_TC_TYPES = re.compile(
+    r"(?<![a-z])(b?f16|tf32|e4m3|e5m2|fp8|s8|i8)(?![0-9])|(?<=[0-9x_])(b?f16|tf32)"
+)
+_GEMM_LIKE = ("gemm", "xmma", "conv", "fprop", "dgrad", "wgrad", "nvjet", "cutlass")
+# cuBLAS "nvjet" kernels (Hopper and later) spell the types as letters: nvjet_hsh_..., nvjet_tst_...
+_NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3,5})_")
+
+
+def is_tensor_core_kernel(name: str) -> bool:
+    """Whether a CUDA kernel name denotes a Tensor Core kernel.
+
+    Recognises the naming of cuBLAS, cuDNN and CUTLASS kernels across generations: MMA shapes
+    (Volta ``884``, Turing ``1688``, Ampere ``16816``), ``tensorop``/``wmma``/``wgmma`` words,
+    ``sm80``/``sm90`` xmma kernels with FP16/BF16/TF32/FP8/INT8 operands, and Hopper's ``nvjet``
+    kernels whose type letters include ``h`` (FP16), ``b`` (BF16), ``t`` (TF32) or ``q``/``e``
+    (FP8). Plain FP32 kernels (``sgemm``, ``f32f32_f32f32``, ``ffma``, ``nvjet_sss``) and
+    element-wise kernels are not Tensor Core kernels.
+
+    Parameters
+    ----------
+    name : str
+        The kernel name as the profiler reports it.
+
+    Returns
+    -------
+    bool
+        ``True`` for a Tensor Core kernel.
+    """
+    low = name.lower()
+    if _MMA_SHAPE.search(low) or any(word in low for word in _TC_WORDS):
+        return True
+    if not any(word in low for word in _GEMM_LIKE):
+        return False
+    nvjet = _NVJET.search(low)
+    if nvjet:
+        return "tf32" in low or any(c in nvjet.group(1) for c in "hbtqe")
+    if "ffma" in low:
+        return False
+    return bool(_TC_TYPES.search(low))
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One CUDA kernel seen by the profiler.
+
+    Attributes
+    ----------
+    name : str
+        Kernel name.
+    calls : int
+        Launches.
+    cuda_time_us : float
+        Total device time in microseconds.
+    tensor_core : bool
+        :func:`is_tensor_core_kernel` of the name.
+    """
+
+    name: str
+    calls: int
+    cuda_time_us: float
+    tensor_core: bool
+
+
+def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[KernelRecord]:
+    """Run ``fn`` under the PyTorch profiler and list the CUDA kernels it launched.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no arguments; it should launch the GPU work to inspect.
+    warmup : int, optional
+        Unprofiled calls first (so that cuDNN autotuning and lazy initialisation are not
+        profiled).
+
+    Returns
+    -------
+    list of KernelRecord
+        Kernels by descending device time, each marked Tensor Core or not.
+
+    Raises
+    ------
+    RuntimeError
+        If no CUDA GPU is available: Tensor Cores exist only there.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "tensor_core_kernels needs a CUDA GPU: Tensor Cores are GPU units, and a CPU run "
+            "launches no CUDA kernels to inspect"
+        )
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    totals: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        entry = totals.setdefault(event.name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += event.device_time_total
+    records = [
+        KernelRecord(name, int(calls), float(us), is_tensor_core_kernel(name))
+        for name, (calls, us) in totals.items()
+        if not name.startswith(("Memcpy", "Memset", "[memory]"))
+    ]
+    return sorted(records, key=lambda r: -r.cuda_time_us)
