@@ -162,7 +162,9 @@ def measure(args: argparse.Namespace) -> dict:
     result["median_step_s"] = med_step
     result["iteration_ratio"] = med["mptutor"] / med["torch"]
     result["step_ratio"] = med_step["mptutor"] / med_step["torch"]
-    result["skipped_steps_mptutor"] = int(trainers["mptutor"].opt.loss_scaler.history.skipped_steps().size)
+    result["skipped_steps_mptutor"] = int(
+        trainers["mptutor"].opt.loss_scaler.history.skipped_steps().size
+    )
     if device == "cuda":
         result["host_syncs_per_step"] = {k: count_syncs(t, x, y) for k, t in trainers.items()}
     return result
@@ -183,13 +185,19 @@ def main() -> None:
     if args.batch is None:
         args.batch = 128 if args.model == "resnet50" else 64
     result = measure(args)
-    print(f"model {result['model']} ({result['parameters']:,} parameters in "
-          f"{result['parameter_tensors']} tensors), batch {result['batch']}, {result['device']}")
+    print(
+        f"model {result['model']} ({result['parameters']:,} parameters in "
+        f"{result['parameter_tensors']} tensors), batch {result['batch']}, {result['device']}"
+    )
     for k in ("mptutor", "torch"):
-        print(f"  {k:8s} iteration {1e3 * result['median_iteration_s'][k]:8.2f} ms, "
-              f"optimizer part {1e3 * result['median_step_s'][k]:7.2f} ms")
-    print(f"  ratio mptutor/torch: iteration {result['iteration_ratio']:.3f}, "
-          f"optimizer part {result['step_ratio']:.3f}")
+        print(
+            f"  {k:8s} iteration {1e3 * result['median_iteration_s'][k]:8.2f} ms, "
+            f"optimizer part {1e3 * result['median_step_s'][k]:7.2f} ms"
+        )
+    print(
+        f"  ratio mptutor/torch: iteration {result['iteration_ratio']:.3f}, "
+        f"optimizer part {result['step_ratio']:.3f}"
+    )
     if "host_syncs_per_step" in result:
         print(f"  host syncs per optimizer step: {result['host_syncs_per_step']}")
     if args.save:

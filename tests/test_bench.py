@@ -56,8 +56,63 @@ def test_committed_records_have_provenance():
 
 def test_scaler_overhead_benchmark_runs(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "scaler_overhead.py"), "--device", "cpu",
-         "--batch", "8", "--rounds", "1", "--iters", "2", "--warmup", "1"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scaler_overhead.py"),
+            "--device",
+            "cpu",
+            "--batch",
+            "8",
+            "--rounds",
+            "1",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "ratio mptutor/torch: iteration" in out
+
+
+def _run(*args):
+    return subprocess.run(
+        [sys.executable, *map(str, args)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_gemm_sweep_runs_and_skips_gpu_formats_on_cpu():
+    out = _run(
+        ROOT / "benchmarks" / "gemm_sweep.py",
+        "--device",
+        "cpu",
+        "--sizes",
+        "64",
+        "--repeats",
+        "1",
+        "--inner",
+        "1",
+    )
+    assert "fp16 / fp32-strict at 64^3" in out
+    assert "TF32 and FP8 are GPU formats" in out
+
+
+def test_resnet50_benchmark_smoke_run():
+    out = _run(
+        ROOT / "benchmarks" / "resnet50_amp.py",
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--batch",
+        "2",
+        "--image-size",
+        "16",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+    )
+    assert "amp-fp16" in out and "speedup vs strict FP32" in out
