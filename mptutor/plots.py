@@ -218,7 +218,7 @@ def gradient_histogram(
             histtype="step",
             lw=1.5,
             color=f"C{i}",
-            label=f"{label} ({100 * s.share('underflow'):.1f}% flushed to zero)",
+            label=f"{label} ({100 * s.share('underflow'):.3g}% flushed to zero)",
         )
     ax.set_xlim(left, right)
     ax.set_yscale("log")

@@ -60,7 +60,7 @@ def test_gradient_histogram_labels_the_flushed_share():
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     # 2**-40 .. 2**-26 are below half the smallest fp16 subnormal (2**-25): 15 of 40
     assert "raw (37.5% flushed to zero)" in labels
-    assert "x 2**16 (0.0% flushed to zero)" in labels
+    assert "x 2**16 (0% flushed to zero)" in labels
 
 
 def test_gradient_histogram_refuses_mixed_formats():
