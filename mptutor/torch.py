@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from mptutor.gradients import GradientStats, gradient_stats
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "master_params_to_model_params",
     "bn_to_float",
     "network_to_half",
+    "gradients_stats",
     "MasterWeightOptimizer",
     "is_tensor_core_kernel",
     "tensor_core_kernels",
@@ -186,6 +188,26 @@ def network_to_half(module: nn.Module) -> nn.Module:
         The same module, ready for FP16 inputs.
     """
     return bn_to_float(module.half())
+
+
+def gradients_stats(model: nn.Module | Iterable[torch.Tensor], fmt: Any = "fp16") -> GradientStats:
+    """Statistics of the gradients currently stored in a model's parameters.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or iterable of torch.Tensor
+        The model, or its parameters (those without a gradient are ignored).
+    fmt : str or dtype, optional
+        The format to measure against (see :func:`mptutor.formats.get`).
+
+    Returns
+    -------
+    GradientStats
+        Zeros, infs/NaNs, values that would underflow or overflow in ``fmt``, exponents.
+    """
+    params = model.parameters() if isinstance(model, nn.Module) else model
+    grads = [p.grad.detach().float().cpu().numpy() for p in params if p.grad is not None]
+    return gradient_stats(grads, fmt)
 
 
 class MasterWeightOptimizer:

@@ -401,3 +401,13 @@ def test_one_host_sync_per_step_on_gpu():
         torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) == 1, [str(w.message) for w in syncs]
+
+
+def test_gradients_stats_of_a_model():
+    model = _net()
+    x, y = _batch(0)
+    (_loss(model, x.float(), y) * 2.0**-20).backward()
+    stats = mpt.gradients_stats(model, "fp16")
+    assert stats.count == sum(p.numel() for p in model.parameters())
+    assert stats.underflow > 0 and stats.scaled(2.0**20).underflow < stats.underflow
+    assert mpt.gradients_stats([torch.zeros(3, requires_grad=True)]).count == 0
