@@ -1,3 +1,4 @@
+import copy
 import math
 import subprocess
 import sys
@@ -200,7 +201,7 @@ def test_weights_and_state_never_see_inf_or_nan(plan, adam, clip):
         factory, model, DynamicLossScaler(init_scale=2.0**20), clip_grad_norm=clip
     )
     for t, poison in enumerate(plan):
-        before = opt.state_dict()
+        before = copy.deepcopy(opt.state_dict())  # state_dict() shares the live tensors
         x, y = _batch(t, poison)
         opt.backward(_loss(model, x, y))
         took = opt.step()
