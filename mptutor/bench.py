@@ -127,7 +127,7 @@ def _git_commit() -> str | None:
 
 
 def _this_command() -> str:
-    """This process's command line, with the script path relative to the checkout."""
+    """Return this process's command line, the script path relative to the checkout."""
     script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     root = RESULTS_DIR.parents[1]
     if script is not None and script.is_relative_to(root):
