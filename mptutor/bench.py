@@ -13,7 +13,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mptutor import hardware
+from mptutor.atomic import write_text
 
 __all__ = ["Timing", "time_fn", "save_result", "load_result", "RESULTS_DIR"]
 
@@ -180,16 +180,8 @@ def save_result(
     }
     text = json.dumps(record, indent=2, sort_keys=False) + "\n"
     folder = Path(out_dir) if out_dir is not None else RESULTS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{name}.json"
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(target, text)
     return target
 
 

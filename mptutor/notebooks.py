@@ -16,13 +16,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mptutor import hardware
+from mptutor.atomic import write_text
 from mptutor.table import Table
 
 __all__ = ["NotebookResult", "find_notebooks", "execute_notebook", "run_all", "main"]
@@ -93,18 +93,6 @@ def find_notebooks(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def execute_notebook(
     path: Path,
     out_dir: Path | None,
@@ -156,18 +144,18 @@ def execute_notebook(
     written: list[str] = []
     if out_dir is None:
         if ok:
-            _write_atomically(path, nbformat.writes(nb) + "\n")
+            write_text(path, nbformat.writes(nb) + "\n")
             written.append(str(path))
     else:
         target = out_dir / path.name
-        _write_atomically(target, nbformat.writes(nb) + "\n")
+        write_text(target, nbformat.writes(nb) + "\n")
         written.append(str(target))
         if html:
             from nbconvert import HTMLExporter
 
             body, _ = HTMLExporter().from_notebook_node(nb)
             page = target.with_suffix(".html")
-            _write_atomically(page, body)
+            write_text(page, body)
             written.append(str(page))
     return NotebookResult(
         notebook=path.name,
@@ -250,8 +238,8 @@ def run_all(
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "notebooks": [asdict(r) for r in results],
         }
-        _write_atomically(out / "summary.json", json.dumps(record, indent=2) + "\n")
-        _write_atomically(out / "summary.txt", repr(table) + "\n")
+        write_text(out / "summary.json", json.dumps(record, indent=2) + "\n")
+        write_text(out / "summary.txt", repr(table) + "\n")
         print(f"\nExecuted notebooks, HTML and summary are in {out}/")
     return results
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from mptutor.atomic import atomic_path
 from mptutor.gradients import GradientStats, gradient_stats
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler
 
@@ -458,16 +458,8 @@ class MasterWeightOptimizer:
         path : path-like
             Destination file.
         """
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             torch.save(self.state_dict(), tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Read a checkpoint written by :meth:`save`.
