@@ -12,8 +12,9 @@ the tested versions it then calls.
 
 What runs where (MXNet 1.9.1):
 
-* **float16** needs a GPU. MXNet has no float16 GEMM on a CPU: a float16 convolution or dense
-  layer fails there with ``FP16 gemm on cpu not implemented!``. :func:`get_network` and
+* **float16** needs a GPU. MXNet has no float16 matrix products on a CPU: a float16 convolution
+  fails there with ``FP16 gemm on cpu not implemented!``, a float16 dense layer with a message
+  that it needs cuDNN. :func:`get_network` and
   :func:`train` refuse float16 on a CPU context with a message that says so.
 * **bfloat16** runs through MXNet AMP (``mxnet.contrib.amp``) on a CPU whose oneDNN has bfloat16
   kernels (AVX-512 CPUs); the network keeps float32 parameters and AMP casts the inputs of
@@ -41,7 +42,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -70,6 +70,9 @@ with warnings.catch_warnings():
 from tqdm.auto import tqdm
 
 from mptutor import data as _data
+from mptutor.atomic import atomic_path
+from mptutor.gradients import GradientStats, gradient_stats
+from mptutor.scaling import DynamicLossScaler, StaticLossScaler
 from mptutor.table import Table
 
 __all__ = [
@@ -148,9 +151,11 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 #: Why float16 is refused on a CPU context.
 NO_FP16_ON_CPU = (
-    "MXNet has no float16 GEMM on a CPU: a float16 convolution or dense layer fails there with "
-    "'FP16 gemm on cpu not implemented!'. On a CPU use dtype='bfloat16' (MXNet AMP, for CPUs "
-    "with AVX-512; see mptutor.mxnet.probe_bf16) or float32; for float16 use a GPU context "
+    "MXNet has no float16 matrix products on a CPU: a float16 convolution fails there with "
+    "'FP16 gemm on cpu not implemented!' and a float16 dense layer with 'float16 fully "
+    "connected layer is currently only supported by CuDNN version'. On a CPU use "
+    "dtype='bfloat16' (MXNet AMP, for CPUs with AVX-512; see mptutor.mxnet.probe_bf16) or "
+    "float32; for float16 use a GPU context "
     "(mx.gpu(0)) with a CUDA build of MXNet such as mxnet-cu112"
 )
 
@@ -1013,8 +1018,9 @@ def train(
     if use_amp and getattr(trainer, "_amp_loss_scaler", None) is None:
         amp.init_trainer(trainer)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    history = History(dtype=dtype, multi_precision=bool(multi_precision), context=str(ctx),
-                      trainer=trainer)
+    history = History(
+        dtype=dtype, multi_precision=bool(multi_precision), context=str(ctx), trainer=trainer
+    )
     mx.nd.waitall()
     if _is_gpu(ctx):
         ctx.empty_cache()
@@ -1029,8 +1035,14 @@ def train(
             total = len(train_data)  # type: ignore[arg-type]
         except TypeError:
             total = None
-        bar = tqdm(train_data, total=total, desc=f"{name} epoch {epoch}/{epochs}",
-                   disable=not progress, leave=False, unit="batch")
+        bar = tqdm(
+            train_data,
+            total=total,
+            desc=f"{name} epoch {epoch}/{epochs}",
+            disable=not progress,
+            leave=False,
+            unit="batch",
+        )
         for batch, (x, y) in enumerate(bar, 1):
             x = x.as_in_context(ctx)
             y = y.as_in_context(ctx)
@@ -1073,7 +1085,8 @@ def train(
                 test_accuracy=test_accuracy,
                 seconds=seconds,
                 images_per_second=seen / seconds,
-                memory_mib=None if memory is None or memory_before is None
+                memory_mib=None
+                if memory is None or memory_before is None
                 else memory - memory_before,
             )
         )
@@ -1300,18 +1313,12 @@ def save_master_weights(
     if not target.parent.is_dir():
         raise FileNotFoundError(f"folder {target.parent} does not exist: create it first")
     weights, from_master = master_weights(net, trainer)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    os.close(fd)
-    try:
-        mx.nd.save(tmp, weights)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(target) as tmp:
+        mx.nd.save(str(tmp), weights)
     return Checkpoint(
-        path=target, arrays=len(weights), from_master=len(from_master),
+        path=target,
+        arrays=len(weights),
+        from_master=len(from_master),
         bytes=target.stat().st_size,
     )
 
@@ -1402,3 +1409,120 @@ def load_master_weights(
                 master[:] = value.as_in_context(master.context)
                 set_masters += 1
     return set_masters
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss scaling with mptutor's scaler in a Gluon Trainer loop
+
+
+def gradients_stats(net: gluon.Block, fmt: Any = "fp16") -> GradientStats:
+    """Statistics of the gradients currently held by a network's parameters.
+
+    Parameters
+    ----------
+    net : mxnet.gluon.Block
+        The network, after a backward pass.
+    fmt : str or dtype, optional
+        The format to measure against (see :func:`mptutor.formats.get`).
+
+    Returns
+    -------
+    GradientStats
+        Zeros, infs/NaNs, values that would underflow or overflow in ``fmt``, exponents.
+    """
+    grads = [p.grad().asnumpy() for p in _params(net).values() if p.grad_req != "null"]
+    return gradient_stats(grads, fmt)
+
+
+class LossScaledTrainerStep:
+    """One Gluon training step driven by :mod:`mptutor.scaling`'s loss scaler.
+
+    The per-sample losses are computed in float32 and multiplied by the scale before the
+    backward pass. The gradients are checked for inf/NaN in one fused operator
+    (``multi_all_finite``, as MXNet AMP does) and one host read; a step with a non-finite
+    gradient is skipped. Otherwise ``trainer.step(batch_size * scale)`` applies it: the
+    optimizer's ``rescale_grad`` divides by the scale, in float32 when the trainer uses
+    ``multi_precision=True``. Clipping, when asked for, limits the norm of the unscaled
+    gradients.
+
+    Parameters
+    ----------
+    net : mxnet.gluon.Block
+        The network.
+    trainer : mxnet.gluon.Trainer
+        Its trainer (use ``multi_precision=True`` for a float16 network).
+    loss_fn : mxnet.gluon.loss.Loss
+        A loss returning one value per sample, e.g. ``SoftmaxCrossEntropyLoss()``.
+    loss_scaler : DynamicLossScaler or StaticLossScaler, optional
+        A :class:`~mptutor.scaling.DynamicLossScaler` with MXNet AMP's start (``2**16``) and
+        growth interval (2000) when omitted.
+    clip_norm : float, optional
+        Clip the global norm of the unscaled, batch-averaged gradients to this value.
+
+    Raises
+    ------
+    ValueError
+        If ``clip_norm`` is not a positive finite number, or the network has no parameter
+        with a gradient.
+    """
+
+    def __init__(
+        self,
+        net: gluon.Block,
+        trainer: gluon.Trainer,
+        loss_fn: gluon.loss.Loss,
+        loss_scaler: DynamicLossScaler | StaticLossScaler | None = None,
+        clip_norm: float | None = None,
+    ) -> None:
+        if clip_norm is not None and not (
+            isinstance(clip_norm, (int, float))
+            and not isinstance(clip_norm, bool)
+            and math.isfinite(clip_norm)
+            and clip_norm > 0
+        ):
+            raise ValueError(f"clip_norm must be a positive finite number, got {clip_norm!r}")
+        self.params = [p for p in _params(net).values() if p.grad_req != "null"]
+        if not self.params:
+            raise ValueError("the network has no parameter with a gradient (grad_req != 'null')")
+        self.net = net
+        self.trainer = trainer
+        self.loss_fn = loss_fn
+        self.loss_scaler = loss_scaler if loss_scaler is not None else DynamicLossScaler()
+        self.clip_norm = clip_norm
+
+    def __call__(self, data: Any, label: Any) -> tuple[float, bool]:
+        """Run one step on a batch.
+
+        Parameters
+        ----------
+        data, label : mxnet.nd.NDArray
+            A batch (in the network's dtype and context).
+
+        Returns
+        -------
+        loss : float
+            The mean unscaled loss of the batch.
+        took : bool
+            Whether the update was applied (``False``: inf/NaN found, step skipped).
+        """
+        scale = self.loss_scaler.scale
+        batch_size = data.shape[0]
+        with autograd.record():
+            out = self.net(data)
+            losses = self.loss_fn(out.astype("float32"), label)
+            scaled = losses * scale
+        scaled.backward()
+        grads = [p.grad() for p in self.params]
+        flag = mx.nd.ones((1,), ctx=grads[0].context)
+        for start in range(0, len(grads), 200):  # the operator takes at most 200 arrays
+            chunk = grads[start : start + 200]
+            mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=flag)
+        finite = bool(flag.asscalar())  # the one host read of the step
+        took = self.loss_scaler.update(not finite)
+        if took:
+            if self.clip_norm is not None:
+                gluon.utils.clip_global_norm(
+                    grads, self.clip_norm * scale * batch_size, check_isfinite=False
+                )
+            self.trainer.step(batch_size * scale)
+        return float(losses.mean().asscalar()), took

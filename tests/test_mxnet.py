@@ -176,9 +176,7 @@ def test_get_network_float32():
     assert net._active  # hybridized
     table = mmx.channel_alignment(net)
     assert table.title == "20 of 21 convolution and dense layers are multiples of 8"
-    assert table.to_dicts() == [
-        {"layer": "features.1", "kind": "convolution", "in": 3, "out": 64}
-    ]
+    assert table.to_dicts() == [{"layer": "features.1", "kind": "convolution", "in": 3, "out": 64}]
 
 
 def test_get_network_errors():
@@ -263,8 +261,9 @@ def test_image_folder_loaders_errors(tmp_path, folders):
 def test_train_and_evaluate(loaders):
     net = _tiny_net()
     _seed()
-    history = mmx.train(net, loaders.train, loaders.test, epochs=2, learning_rate=0.1,
-                        progress=False)
+    history = mmx.train(
+        net, loaders.train, loaders.test, epochs=2, learning_rate=0.1, progress=False
+    )
     assert [e.epoch for e in history.epochs] == [1, 2]
     assert history.dtype == "float32" and history.context == "cpu(0)"
     for e in history.epochs:
@@ -274,8 +273,14 @@ def test_train_and_evaluate(loaders):
         assert e.memory_mib is None
     assert history.column("loss")[1] < history.column("loss")[0]
     assert mmx.evaluate(net, loaders.test) == history.final.test_accuracy
-    assert history.table().columns == ["epoch", "loss", "train acc", "test acc", "seconds",
-                                       "images/s"]
+    assert history.table().columns == [
+        "epoch",
+        "loss",
+        "train acc",
+        "test acc",
+        "seconds",
+        "images/s",
+    ]
     assert json.loads(json.dumps(history.as_dict()))["epochs"][0]["epoch"] == 1
     with pytest.raises(KeyError, match="no statistic"):
         history.column("accuracy")
@@ -283,8 +288,9 @@ def test_train_and_evaluate(loaders):
     # The same seeds give the same losses, bit for bit, on the same machine (num_workers=0).
     again = _tiny_net()
     _seed()
-    rerun = mmx.train(again, loaders.train, loaders.test, epochs=2, learning_rate=0.1,
-                      progress=False)
+    rerun = mmx.train(
+        again, loaders.train, loaders.test, epochs=2, learning_rate=0.1, progress=False
+    )
     assert rerun.column("loss") == history.column("loss")
     assert rerun.column("test_accuracy") == history.column("test_accuracy")
 
@@ -361,8 +367,9 @@ def test_multi_precision_moves_a_float32_master_that_float16_alone_cannot():
     assert plain.w.data().asnumpy().tolist() == [1.0] * 4  # every update was lost
 
     mixed = _half_block()
-    trainer = gluon.Trainer(mixed.collect_params(), "sgd",
-                            {"learning_rate": lr, "multi_precision": True})
+    trainer = gluon.Trainer(
+        mixed.collect_params(), "sgd", {"learning_rate": lr, "multi_precision": True}
+    )
     _steps(mixed, trainer, steps)
     weights, from_master = mmx.master_weights(mixed, trainer)
     assert from_master == {"w"}
@@ -391,8 +398,11 @@ def test_multi_precision_moves_a_float32_master_that_float16_alone_cannot():
 )
 def test_master_copy_is_found_for_each_optimizer(optimizer, params):
     block = _half_block()
-    trainer = gluon.Trainer(block.collect_params(), optimizer,
-                            {"learning_rate": 1e-4, "multi_precision": True, **params})
+    trainer = gluon.Trainer(
+        block.collect_params(),
+        optimizer,
+        {"learning_rate": 1e-4, "multi_precision": True, **params},
+    )
     _steps(block, trainer, 3)
     weights, from_master = mmx.master_weights(block, trainer)
     assert from_master == {"w"}
@@ -430,8 +440,9 @@ def test_checkpoint_round_trip(tmp_path, loaders):
 
 def test_float16_checkpoint_holds_the_master_and_resumes_exactly(tmp_path):
     def sgd(block):
-        return gluon.Trainer(block.collect_params(), "sgd",
-                             {"learning_rate": 1e-3, "multi_precision": True})
+        return gluon.Trainer(
+            block.collect_params(), "sgd", {"learning_rate": 1e-3, "multi_precision": True}
+        )
 
     block = _half_block()
     trainer = sgd(block)
@@ -449,8 +460,10 @@ def test_float16_checkpoint_holds_the_master_and_resumes_exactly(tmp_path):
     assert np.array_equal(resumed.w.data().asnumpy(), block.w.data().asnumpy())
     _steps(block, trainer, 30)
     _steps(resumed, resumed_trainer, 30)
-    assert np.array_equal(mmx.master_weights(resumed, resumed_trainer)[0]["w"].asnumpy(),
-                          mmx.master_weights(block, trainer)[0]["w"].asnumpy())
+    assert np.array_equal(
+        mmx.master_weights(resumed, resumed_trainer)[0]["w"].asnumpy(),
+        mmx.master_weights(block, trainer)[0]["w"].asnumpy(),
+    )
 
     without_trainer = _half_block()  # no trainer: the float16 copy only, rounded from the master
     assert mmx.load_master_weights(without_trainer, saved.path) == 0
@@ -535,7 +548,10 @@ def test_bfloat16_amp_trains_on_cpu(folders):
         pytest.skip(f"this CPU's oneDNN cannot run bfloat16 convolutions: {reason}")
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_AMP_SCRIPT), *map(str, folders)],
-        capture_output=True, text=True, check=True, timeout=300,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
     )
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["amp"] == "bfloat16" and got["scaler"]
@@ -571,8 +587,7 @@ def test_float16_training_on_gpu(tmp_path, folders):
     assert all(np.isfinite(history.column("loss")))
     assert all(m is not None and m > 0 for m in history.column("memory_mib"))
     half = {
-        k for k, p in net16._collect_params_with_prefix().items()
-        if np.dtype(p.dtype) == np.float16
+        k for k, p in net16._collect_params_with_prefix().items() if np.dtype(p.dtype) == np.float16
     }
     weights, from_master = mmx.master_weights(net16, history.trainer)
     assert half and from_master == half
@@ -591,3 +606,104 @@ def test_float16_training_on_gpu(tmp_path, folders):
     assert all(np.array_equal(v, original[k]) for k, v in _params_of(reloaded).items())
     assert mmx.evaluate(reloaded, loaders.test) == mmx.evaluate(net16, loaders.test)
     assert mmx.evaluate(reloaded, loaders.test) == history.final.test_accuracy
+
+
+# --- loss scaling with mptutor's scaler in a Gluon Trainer loop ----------------------------
+
+
+def _scaled_setup(scaler=None, clip_norm=None, seed=0):
+    from mptutor.scaling import StaticLossScaler
+
+    _seed(seed)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, activation="relu", in_units=6), gluon.nn.Dense(3, in_units=8))
+    net.initialize(mx.init.Xavier(), ctx=CPU)
+    trainer = gluon.Trainer(
+        net.collect_params(),
+        "sgd",
+        {"learning_rate": 0.1, "momentum": 0.9, "multi_precision": True},
+    )
+    step = mmx.LossScaledTrainerStep(
+        net,
+        trainer,
+        gluon.loss.SoftmaxCrossEntropyLoss(),
+        scaler or StaticLossScaler(2.0**10),
+        clip_norm=clip_norm,
+    )
+    return net, trainer, step
+
+
+def _xy(i, poison=None):
+    rng = np.random.default_rng(50 + i)
+    x = rng.normal(size=(5, 6)).astype("float32")
+    if poison is not None:
+        x[0, 0] = poison
+    return mx.nd.array(x, ctx=CPU), mx.nd.array(rng.integers(0, 3, 5), ctx=CPU)
+
+
+def _weights(net):
+    return [p.data().asnumpy().copy() for p in net.collect_params().values()]
+
+
+def test_static_scaling_is_bit_identical_to_an_unscaled_trainer():
+    """A power-of-two scale cancels exactly: scaled steps equal plain Trainer steps."""
+    net, _, step = _scaled_setup()
+    _seed(0)
+    ref = gluon.nn.HybridSequential()
+    ref.add(gluon.nn.Dense(8, activation="relu", in_units=6), gluon.nn.Dense(3, in_units=8))
+    ref.initialize(mx.init.Xavier(), ctx=CPU)
+    ref_trainer = gluon.Trainer(
+        ref.collect_params(),
+        "sgd",
+        {"learning_rate": 0.1, "momentum": 0.9, "multi_precision": True},
+    )
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for i in range(5):
+        x, y = _xy(i)
+        with autograd.record():
+            loss = loss_fn(ref(x), y)
+        loss.backward()
+        ref_trainer.step(x.shape[0])
+        assert step(x, y)[1]
+    for a, b in zip(_weights(ref), _weights(net), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_overflow_is_skipped_and_the_scale_backs_off():
+    from mptutor.scaling import DynamicLossScaler
+
+    net, _, step = _scaled_setup(DynamicLossScaler(init_scale=2.0**12, growth_interval=2))
+    step(*_xy(0))
+    before = _weights(net)
+    loss, took = step(*_xy(1, poison=np.inf))
+    assert not took and not np.isfinite(loss)
+    assert step.loss_scaler.scale == 2.0**11
+    for a, b in zip(before, _weights(net), strict=True):
+        np.testing.assert_array_equal(a, b)
+    losses = [step(*_xy(0))[0] for _ in range(20)]
+    assert losses[-1] < losses[0]
+    assert step.loss_scaler.history.skipped_steps().tolist() == [1]
+
+
+def test_clipping_limits_the_unscaled_gradient_norm():
+    net, trainer, step = _scaled_setup(clip_norm=1e-3)
+    trainer.set_learning_rate(1.0)
+    trainer._optimizer.momentum = 0.0
+    before = _weights(net)
+    step(*_xy(0))
+    delta = np.concatenate([(a - b).ravel() for a, b in zip(before, _weights(net), strict=True)])
+    assert np.linalg.norm(delta) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_gradient_stats_and_bad_arguments():
+    net, _, step = _scaled_setup()
+    step(*_xy(0))
+    stats = mmx.gradients_stats(net, "fp16")
+    assert stats.count == sum(p.data().size for p in net.collect_params().values())
+    with pytest.raises(ValueError, match="clip_norm"):
+        _scaled_setup(clip_norm=-1.0)
+    frozen = gluon.nn.Dense(2, in_units=2)
+    frozen.initialize(ctx=CPU)
+    frozen.collect_params().setattr("grad_req", "null")
+    with pytest.raises(ValueError, match="no parameter with a gradient"):
+        mmx.LossScaledTrainerStep(frozen, None, gluon.loss.L2Loss())
