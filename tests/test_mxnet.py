@@ -1,6 +1,6 @@
 """mptutor.mxnet on a CPU with tiny inputs; one test marked `gpu` runs the float16 path.
 
-MXNet has no float16 GEMM on a CPU, so float16 networks cannot run here; what can is tested:
+MXNet has no float16 matrix products on a CPU, so float16 networks cannot run here; what can is tested:
 the float32 pipeline, the checks that refuse float16 on a CPU, the multi_precision optimizer
 on float16 parameters (an elementwise update), master-weight checkpoints, and bfloat16 AMP
 (in a subprocess, because amp.init changes MXNet for the rest of the process).
@@ -129,7 +129,7 @@ def test_check_dtype():
     assert mmx.check_dtype("float16", mx.gpu(0)) == "float16"  # a Context, no GPU needed
     with pytest.raises(ValueError, match="'int8' is not supported; use one of float32, float16"):
         mmx.check_dtype("int8")
-    with pytest.raises(ValueError, match="no float16 GEMM on a CPU") as info:
+    with pytest.raises(ValueError, match="no float16 matrix products on a CPU") as info:
         mmx.check_dtype("float16", CPU)
     assert "bfloat16" in str(info.value) and "GPU" in str(info.value)
     with pytest.raises(ValueError, match="CPUs only"):
@@ -186,7 +186,7 @@ def test_get_network_errors():
         mmx.get_network("resnet18_v2", 0, ctx=CPU)
     with pytest.raises(ValueError, match="dtype='float64' is not supported"):
         mmx.get_network("resnet18_v2", 10, "float64", ctx=CPU)
-    with pytest.raises(ValueError, match="no float16 GEMM on a CPU"):
+    with pytest.raises(ValueError, match="no float16 matrix products on a CPU"):
         mmx.get_network("resnet18_v2", 10, "float16", ctx=CPU)
     with pytest.raises(TypeError, match="mx.cpu"):
         mmx.get_network("resnet18_v2", 10, ctx="cpu")
@@ -319,7 +319,7 @@ def test_train_errors(loaders):
     for epochs in (0, 1.5, True):
         with pytest.raises(ValueError, match="epochs="):
             mmx.train(net, loaders.train, loaders.test, epochs=epochs, progress=False)
-    with pytest.raises(ValueError, match="no float16 GEMM on a CPU"):
+    with pytest.raises(ValueError, match="no float16 matrix products on a CPU"):
         mmx.train(net, loaders.train, loaders.test, 1, dtype="float16", progress=False)
     with pytest.raises(ValueError, match="'float8' is not supported"):
         mmx.train(net, loaders.train, loaders.test, 1, dtype="float8", progress=False)
