@@ -71,6 +71,7 @@ from tqdm.auto import tqdm
 
 from mptutor import data as _data
 from mptutor.atomic import atomic_path
+from mptutor.checks import optional_positive
 from mptutor.gradients import GradientStats, gradient_stats
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler
 from mptutor.table import Table
@@ -1474,13 +1475,7 @@ class LossScaledTrainerStep:
         loss_scaler: DynamicLossScaler | StaticLossScaler | None = None,
         clip_norm: float | None = None,
     ) -> None:
-        if clip_norm is not None and not (
-            isinstance(clip_norm, (int, float))
-            and not isinstance(clip_norm, bool)
-            and math.isfinite(clip_norm)
-            and clip_norm > 0
-        ):
-            raise ValueError(f"clip_norm must be a positive finite number, got {clip_norm!r}")
+        clip_norm = optional_positive("clip_norm", clip_norm)
         self.params = [p for p in _params(net).values() if p.grad_req != "null"]
         if not self.params:
             raise ValueError("the network has no parameter with a gradient (grad_req != 'null')")

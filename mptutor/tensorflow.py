@@ -13,7 +13,6 @@ can be compared step for step.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from mptutor.checks import optional_positive  # noqa: E402
 from mptutor.gradients import GradientStats, gradient_stats  # noqa: E402
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
 
@@ -97,13 +97,7 @@ class LossScaledStep:
                 "pass the inner optimizer, not a LossScaleOptimizer: LossScaledStep scales the "
                 "loss itself, so the loss would be scaled twice"
             )
-        if clip_norm is not None and not (
-            isinstance(clip_norm, (int, float))
-            and not isinstance(clip_norm, bool)
-            and math.isfinite(clip_norm)
-            and clip_norm > 0
-        ):
-            raise ValueError(f"clip_norm must be a positive finite number, got {clip_norm!r}")
+        clip_norm = optional_positive("clip_norm", clip_norm)
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn

@@ -14,7 +14,6 @@ Mixed Precision" (``prep_param_lists``, ``model_grads_to_master_grads``,
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +26,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from mptutor.atomic import atomic_path
+from mptutor.checks import optional_positive
 from mptutor.gradients import GradientStats, gradient_stats
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler
 
@@ -273,15 +273,7 @@ class MasterWeightOptimizer:
                 "keeps FP32 master copies of float16/bfloat16 weights, so convert the model first "
                 "(mptutor.torch.network_to_half(model)) or train it in FP32 with torch.autocast"
             )
-        if clip_grad_norm is not None and not (
-            isinstance(clip_grad_norm, (int, float))
-            and not isinstance(clip_grad_norm, bool)
-            and math.isfinite(clip_grad_norm)
-            and clip_grad_norm > 0
-        ):
-            raise ValueError(
-                f"clip_grad_norm must be a positive finite number, got {clip_grad_norm!r}"
-            )
+        clip_grad_norm = optional_positive("clip_grad_norm", clip_grad_norm)
         self.model = model
         self.flat_master = flat_master
         self.model_params, self.master_params = prep_param_lists(model_params, flat_master)

@@ -116,3 +116,9 @@ def test_resnet50_benchmark_smoke_run():
         "1",
     )
     assert "amp-fp16" in out and "speedup vs strict FP32" in out
+
+
+def test_keras_cnn_experiment_smoke_run():
+    out = _run(ROOT / "benchmarks" / "keras_cnn_experiment.py", "--batch-sizes", "8",
+               "--image-size", "8", "--steps", "1", "--warmup", "1")
+    assert "mixed_float16" in out and "float32" in out
