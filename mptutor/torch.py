@@ -119,13 +119,17 @@ def model_grads_to_master_grads(
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model_params]
         master_params[0].grad = _flatten_dense_tensors([g.detach() for g in grads]).float()
         return
+    targets, sources = [], []
     for model, master in zip(model_params, master_params, strict=True):
         if model.grad is None:
             master.grad = None
         elif master.grad is None:
             master.grad = model.grad.detach().float()
         else:
-            master.grad.copy_(model.grad.detach())
+            targets.append(master.grad)
+            sources.append(model.grad.detach())
+    if targets:  # one fused, converting copy instead of a kernel per tensor
+        torch._foreach_copy_(targets, sources)
 
 
 @torch.no_grad()
@@ -148,8 +152,11 @@ def master_params_to_model_params(
         for model, piece in zip(model_params, pieces, strict=True):
             model.copy_(piece)
         return
-    for model, master in zip(model_params, master_params, strict=True):
-        model.copy_(master.detach())
+    if len(model_params) != len(master_params):
+        raise ValueError(
+            f"{len(model_params)} model parameters but {len(master_params)} master parameters"
+        )
+    torch._foreach_copy_(list(model_params), [m.detach() for m in master_params])
 
 
 def bn_to_float(module: nn.Module) -> nn.Module:
@@ -353,14 +360,13 @@ class MasterWeightOptimizer:
         self.scale_loss(loss).backward()
 
     def zero_grad(self) -> None:
-        """Clear the gradients of the model and of the master weights."""
+        """Clear the model's gradients.
+
+        The master weights keep their FP32 gradient buffers, which the next :meth:`step`
+        overwrites; keeping them saves an allocation per parameter and step.
+        """
         for p in self.model_params:
             p.grad = None
-        if self.flat_master:
-            self.master_params[0].grad = None
-        else:
-            for p in self.master_params:
-                p.grad = None
 
     def step(self) -> bool:
         """Unscale, check, and apply (or skip) one update; then update the loss scale.
