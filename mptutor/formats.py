@@ -40,6 +40,7 @@ __all__ = [
     "lost_update_ratio",
     "representable_values",
     "table",
+    "dtype_name",
 ]
 
 
@@ -429,3 +430,46 @@ def table(fmts: Any = None) -> Table:
         for f in chosen
     ]
     return Table(rows, float_format=".4g")
+
+
+def dtype_name(x: Any) -> str:
+    """One spelling for the dtype of a tensor or a dtype of any library: ``"float16"``, ...
+
+    Parameters
+    ----------
+    x : object
+        A tensor or array (PyTorch, TensorFlow, NumPy, MXNet), or a dtype of one of them, or a
+        Keras dtype string. Nothing is imported: dtypes are recognised by their attributes.
+
+    Returns
+    -------
+    str
+        The dtype's name as NumPy spells it, e.g. ``"float16"``, ``"bfloat16"``, ``"int64"``.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` neither is nor has a dtype.
+
+    Examples
+    --------
+    >>> dtype_name(np.ones(2, np.float16)), dtype_name("bfloat16"), dtype_name(np.float32)
+    ('float16', 'bfloat16', 'float32')
+    """
+    if isinstance(x, str):
+        return x
+    kind = type(x)
+    if kind.__module__ == "torch" and kind.__name__ == "dtype":
+        return str(x).removeprefix("torch.")
+    if hasattr(x, "as_numpy_dtype") and isinstance(getattr(x, "name", None), str):
+        return x.name  # tf.DType
+    if isinstance(x, np.dtype) or (isinstance(x, type) and issubclass(x, np.generic)):
+        dtype = np.dtype(x)
+        return dtype.names[0] if dtype.names else dtype.name  # MXNet's bfloat16 is a record
+    if hasattr(x, "dtype") and not isinstance(x, type):
+        return dtype_name(x.dtype)
+    try:
+        dtype = np.dtype(x)
+    except TypeError:
+        raise TypeError(f"{x!r} is not a dtype and has no dtype") from None
+    return dtype.names[0] if dtype.names else dtype.name

@@ -206,3 +206,19 @@ def test_table_lists_every_format():
     assert "65504" in text and "5.96e-08" in text and "2**-11" in text
     assert "<table>" in t._repr_html_()
     assert formats.table(["half"]).column("format") == ["fp16"]
+
+
+def test_dtype_name_spells_every_library_alike():
+    import tensorflow as tf
+    import torch
+
+    assert formats.dtype_name(torch.ones(1).half()) == "float16"
+    assert formats.dtype_name(torch.bfloat16) == "bfloat16"
+    assert formats.dtype_name(tf.ones(1, tf.bfloat16)) == "bfloat16"
+    assert formats.dtype_name(tf.float16) == "float16"
+    assert formats.dtype_name(np.ones(1, np.float32)) == "float32"
+    assert formats.dtype_name(np.dtype([("bfloat16", np.uint16)])) == "bfloat16"  # MXNet's bf16
+    assert formats.dtype_name("mixed_float16") == "mixed_float16"
+    assert formats.dtype_name(ml_dtypes.bfloat16) == "bfloat16"
+    with pytest.raises(TypeError, match="has no dtype"):
+        formats.dtype_name(object())
