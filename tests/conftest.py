@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 
+import matplotlib
 import pytest
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+# Headless figures in this process only: an MPLBACKEND variable would also reach the kernels
+# that nbval starts when tests and notebooks run in one pytest session, and change their output.
+matplotlib.use("Agg")
 
 
 def _gpu_available() -> bool:
