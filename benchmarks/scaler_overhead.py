@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import warnings
 
 import torch
 from torch import nn
@@ -94,15 +93,7 @@ class TorchAmp:
 def count_syncs(trainer: Mptutor | TorchAmp, x: torch.Tensor, y: torch.Tensor) -> int:
     """Host syncs during one optimizer step (CUDA only)."""
     trainer.forward_backward(x, y)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            trainer.step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+    return mpt.count_host_syncs(trainer.step)
 
 
 def measure(args: argparse.Namespace) -> dict:

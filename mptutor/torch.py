@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ __all__ = [
     "network_to_half",
     "gradients_stats",
     "MasterWeightOptimizer",
+    "count_host_syncs",
     "is_tensor_core_kernel",
     "tensor_core_kernels",
     "KernelRecord",
@@ -598,3 +600,34 @@ def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[KernelRe
         if not name.startswith(("Memcpy", "Memset", "[memory]"))
     ]
     return sorted(records, key=lambda r: -r.cuda_time_us)
+
+
+def count_host_syncs(fn: Callable[[], Any]) -> int:
+    """Count the times ``fn`` makes the host wait for the GPU (``torch.cuda.set_sync_debug_mode``).
+
+    Parameters
+    ----------
+    fn : callable
+        Called once with no arguments, after the device has been synchronised.
+
+    Returns
+    -------
+    int
+        The synchronising calls PyTorch reported (``.item()``, ``.cpu()``, ...).
+
+    Raises
+    ------
+    RuntimeError
+        If no CUDA GPU is available: on a CPU there is no device to wait for.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("count_host_syncs needs a CUDA GPU: a CPU run has no device to wait for")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
