@@ -1,9 +1,9 @@
 """mptutor.mxnet on a CPU with tiny inputs; one test marked `gpu` runs the float16 path.
 
-MXNet has no float16 matrix products on a CPU, so float16 networks cannot run here; what can is tested:
-the float32 pipeline, the checks that refuse float16 on a CPU, the multi_precision optimizer
-on float16 parameters (an elementwise update), master-weight checkpoints, and bfloat16 AMP
-(in a subprocess, because amp.init changes MXNet for the rest of the process).
+MXNet has no float16 matrix products on a CPU, so float16 networks cannot run here; what can
+is tested: the float32 pipeline, the checks that refuse float16 on a CPU, the multi_precision
+optimizer on float16 parameters (an elementwise update), master-weight checkpoints, and
+bfloat16 AMP (in a subprocess, because amp.init changes MXNet for the rest of the process).
 """
 
 from __future__ import annotations
@@ -14,29 +14,17 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-# pytest turns warnings into errors. Importing MXNet 1.9.1 with the NumPy 1.23 it needs emits
-# DeprecationWarnings from MXNet's own import code (`np.bool`, NEP 32's financial functions,
-# distutils' Version classes); they say nothing about the code under test, so exactly these
-# are ignored, and only while importing. mptutor.mxnet does the same around its import.
-with warnings.catch_warnings():
-    for _message in (
-        r"`np\.bool` is a deprecated alias",
-        r"In accordance with NEP 32",
-        r"distutils Version classes are deprecated",
-    ):
-        warnings.filterwarnings("ignore", message=_message, category=DeprecationWarning)
-    import mxnet as mx
-    from mxnet import autograd, gluon
-    from mxnet.gluon.model_zoo import vision
+from mptutor import data
+from mptutor import mxnet as mmx
 
-    from mptutor import data
-    from mptutor import mxnet as mmx
+# MXNet's own modules come through mptutor.mxnet, which imports them with MXNet's import-time
+# DeprecationWarnings (about MXNet's code, with the NumPy 1.23 it needs) silenced.
+mx, autograd, gluon, vision = mmx.mx, mmx.autograd, mmx.gluon, mmx.vision
 
 # MXNet 1.9.1's mx.nd.array (used by DataLoader to batch labels) looks up
 # `scipy.sparse.csr.csr_matrix`, which SciPy deprecates on every call; scikit-learn brings SciPy
