@@ -1,8 +1,10 @@
 """What this machine can do for mixed precision: CPU, GPUs, Tensor Cores, BF16/FP8, versions.
 
-Framework versions are read from the installed package metadata, so reporting them imports no
-framework. Only the GPU probe imports one: PyTorch if it is installed (to ask CUDA), otherwise
-``nvidia-smi`` is asked if it is on the PATH.
+Nothing here imports a deep-learning framework. Versions are read from the installed package
+metadata. GPUs are found through PyTorch only when the caller has already imported PyTorch
+(it is then in ``sys.modules``, and its view of CUDA is the one that matters); otherwise
+``nvidia-smi`` is asked, if it is on the PATH. ``MPTUTOR_DEVICE=cpu`` hides every GPU from the
+notebooks; it is read in :func:`device_override` and nowhere else.
 
 Examples
 --------
@@ -30,6 +32,7 @@ __all__ = [
     "gpus",
     "has_gpu",
     "pick",
+    "device_override",
     "framework_versions",
     "cpu_name",
     "cpu_features",
@@ -175,9 +178,7 @@ class HardwareReport:
     @property
     def device(self) -> str:
         """``"cuda"`` with a GPU (unless ``MPTUTOR_DEVICE=cpu`` hides it), else ``"cpu"``."""
-        return (
-            "cuda" if self.gpus and os.environ.get("MPTUTOR_DEVICE", "").lower() != "cpu" else "cpu"
-        )
+        return "cuda" if self.gpus and device_override() != "cpu" else "cpu"
 
     def summary(self) -> str:
         """One line naming the device that notebooks will use.
@@ -252,6 +253,27 @@ class HardwareReport:
         return "\n".join(lines)
 
 
+def device_override() -> str | None:
+    """Return the device forced by the ``MPTUTOR_DEVICE`` environment variable, if any.
+
+    Returns
+    -------
+    str or None
+        ``"cpu"`` or ``"cuda"``; ``None`` when the variable is unset or empty.
+
+    Raises
+    ------
+    ValueError
+        If the variable holds anything else.
+    """
+    value = os.environ.get("MPTUTOR_DEVICE", "").strip().lower()
+    if not value:
+        return None
+    if value not in ("cpu", "cuda"):
+        raise ValueError(f"MPTUTOR_DEVICE must be 'cpu' or 'cuda' (or unset), not {value!r}")
+    return value
+
+
 def _distribution_version(import_name: str) -> str | None:
     """Version of the installed distribution that provides an import name, without importing it."""
     if find_spec(import_name) is None:
@@ -324,9 +346,9 @@ def cpu_features() -> dict[str, bool]:
 
 
 def _gpus_from_torch() -> tuple[list[GpuInfo], str | None] | None:
-    if find_spec("torch") is None:
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "cuda"):
         return None
-    import torch
 
     if not torch.cuda.is_available():
         return [], torch.version.cuda
@@ -373,7 +395,7 @@ def _gpus_from_nvidia_smi() -> list[GpuInfo]:
 
 
 def gpus() -> list[GpuInfo]:
-    """CUDA GPUs on this machine (through PyTorch if installed, else ``nvidia-smi``).
+    """CUDA GPUs on this machine (through PyTorch if already imported, else ``nvidia-smi``).
 
     Returns
     -------
@@ -394,7 +416,11 @@ def has_gpu() -> bool:
     bool
         ``True`` when a CUDA GPU is present and ``MPTUTOR_DEVICE=cpu`` is not set.
     """
-    return report().device == "cuda"
+    if device_override() == "cpu":
+        return False
+    if "report" in _CACHE:
+        return bool(_CACHE["report"].gpus)
+    return bool(gpus())
 
 
 def pick(cpu: T, gpu: T) -> T:

@@ -2,8 +2,14 @@
 
 Command line (what ``make run`` and ``make notebooks`` call)::
 
-    python -m mptutor.notebooks notebooks --out build     # executed .ipynb + .html in build/
-    python -m mptutor.notebooks notebooks --in-place      # refresh the committed outputs
+    python -m mptutor.notebooks notebooks/pytorch --out build   # build/pytorch/*.ipynb + .html
+    python -m mptutor.notebooks notebooks/gluon --out build --append   # add to the summary
+    python -m mptutor.notebooks notebooks/pytorch --in-place    # refresh the committed outputs
+
+Executed copies keep the name of the folder each notebook is in (``build/pytorch/...``), so
+notebooks of several tracks, run by several environments, land side by side. ``--append``
+adds this run's results to the ``summary.json``/``summary.txt`` already in the output folder
+(a later run of the same notebook replaces its line) instead of starting a new summary.
 
 A notebook that fails is reported, the others still run, and the exit status is 1. In
 ``--in-place`` mode a failed notebook is left as it was: its committed file is never replaced
@@ -35,7 +41,7 @@ class NotebookResult:
     Attributes
     ----------
     notebook : str
-        Notebook file name.
+        The notebook's folder and file name, e.g. ``"pytorch/01-floating-point-formats.ipynb"``.
     ok : bool
         Whether every cell ran without error.
     seconds : float
@@ -106,8 +112,8 @@ def execute_notebook(
     path : pathlib.Path
         The notebook.
     out_dir : pathlib.Path or None
-        Where to write the executed copy (and HTML); ``None`` replaces ``path`` itself, but
-        only when every cell succeeded.
+        Where to write the executed copy (and HTML), in a sub-folder named like the notebook's
+        own folder; ``None`` replaces ``path`` itself, but only when every cell succeeded.
     timeout : int, optional
         Seconds allowed per cell.
     html : bool, optional
@@ -147,7 +153,7 @@ def execute_notebook(
             write_text(path, nbformat.writes(nb) + "\n")
             written.append(str(path))
     else:
-        target = out_dir / path.name
+        target = out_dir / path.parent.name / path.name
         write_text(target, nbformat.writes(nb) + "\n")
         written.append(str(target))
         if html:
@@ -158,7 +164,7 @@ def execute_notebook(
             write_text(page, body)
             written.append(str(page))
     return NotebookResult(
-        notebook=path.name,
+        notebook=f"{path.parent.name}/{path.name}",
         ok=ok,
         seconds=round(seconds, 1),
         device=hardware.report().summary(),
@@ -198,6 +204,7 @@ def run_all(
     out_dir: str | os.PathLike[str] | None = "build",
     timeout: int = 1800,
     html: bool = True,
+    append: bool = False,
 ) -> list[NotebookResult]:
     """Execute every notebook, printing progress, and write a summary next to the outputs.
 
@@ -211,6 +218,9 @@ def run_all(
         Seconds allowed per cell.
     html : bool, optional
         Also write HTML renderings.
+    append : bool, optional
+        Add to the summary already in ``out_dir`` (from a run in another environment) instead
+        of replacing it.
 
     Returns
     -------
@@ -228,20 +238,40 @@ def run_all(
         if result.error:
             print(f"    {result.error}", flush=True)
         results.append(result)
-    table = summary_table(results)
     print()
-    print(table)
+    print(summary_table(results))
     if out is not None:
-        record = {
+        run = {
+            "python": sys.executable,
             "hardware": hardware.report().as_dict(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "notebooks": [asdict(r) for r in results],
         }
+        runs = _previous_runs(out / "summary.json") if append else []
+        names = {r.notebook for r in results}
+        for earlier in runs:
+            earlier["notebooks"] = [n for n in earlier["notebooks"] if n["notebook"] not in names]
+        runs = [r for r in runs if r["notebooks"]] + [run]
+        every = [NotebookResult(**n) for r in runs for n in r["notebooks"]]
+        record = {"runs": runs, "notebooks": [asdict(r) for r in every]}
         write_text(out / "summary.json", json.dumps(record, indent=2) + "\n")
-        write_text(out / "summary.txt", repr(table) + "\n")
+        write_text(out / "summary.txt", repr(summary_table(every)) + "\n")
         print(f"\nExecuted notebooks, HTML and summary are in {out}/")
     return results
+
+
+def _previous_runs(path: Path) -> list[dict]:
+    """Read the runs of an earlier summary; a missing or unreadable one counts as none."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        runs = record["runs"]
+        for run in runs:
+            for entry in run["notebooks"]:
+                NotebookResult(**entry)  # raises TypeError on a summary of another shape
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return runs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -269,13 +299,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
     parser.add_argument("--no-html", action="store_true", help="skip the HTML renderings")
+    parser.add_argument(
+        "--append", action="store_true", help="add to the summary already in the output folder"
+    )
     args = parser.parse_args(argv)
+    if args.append and args.in_place:
+        parser.error("--append adds to a summary in an output folder; --in-place writes none")
     try:
         results = run_all(
             args.paths,
             out_dir=None if args.in_place else args.out,
             timeout=args.timeout,
             html=not args.no_html,
+            append=args.append,
         )
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,4 +1,9 @@
-"""Shared test configuration: headless matplotlib and the `gpu` marker policy.
+"""Shared test configuration: headless matplotlib, required frameworks, the `gpu` marker policy.
+
+Frameworks: the tests of a framework skip with the reason when it is not installed (in anyone's
+own environment). Under ``make test`` each environment names the frameworks it is meant to hold
+in ``MPTUTOR_REQUIRE_FRAMEWORKS`` (e.g. ``torch,tensorflow,keras``); one of those that does not
+import is an error before any test runs, never a skip.
 
 Tests marked ``gpu`` need a CUDA GPU. On a machine without one they are skipped with a reason
 that ``-ra`` prints; under ``make test-gpu`` (``MPTUTOR_REQUIRE_GPU=1``) a missing GPU is an
@@ -7,6 +12,7 @@ error instead, so a GPU runner can never pass by skipping them.
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import matplotlib
@@ -17,7 +23,34 @@ import pytest
 matplotlib.use("Agg")
 
 
+def _required_frameworks() -> list[str]:
+    raw = os.environ.get("MPTUTOR_REQUIRE_FRAMEWORKS", "")
+    return [name.strip() for name in raw.split(",") if name.strip()]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = []
+    for name in _required_frameworks():
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a broken install is as missing as an absent one
+            missing.append(f"{name} ({type(exc).__name__}: {exc})")
+    if missing:
+        raise pytest.UsageError(
+            "MPTUTOR_REQUIRE_FRAMEWORKS says this environment holds "
+            f"{os.environ['MPTUTOR_REQUIRE_FRAMEWORKS']}, but these do not import: "
+            + "; ".join(missing)
+        )
+
+
 def _gpu_available() -> bool:
+    # The test process asks PyTorch when it can (hardware only asks a framework already imported).
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        return torch.cuda.is_available()
     from mptutor import hardware
 
     return bool(hardware.gpus())

@@ -4,6 +4,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from importlib.util import find_spec
 
 import pytest
 
@@ -16,7 +17,9 @@ def test_report_describes_this_machine():
     assert rep.python.startswith(f"{sys.version_info.major}.{sys.version_info.minor}")
     assert rep.cpu and rep.cpu_count >= 1
     assert set(rep.cpu_features) >= {"avx512_bf16", "amx_bf16"}
-    assert rep.packages["numpy"] and rep.packages["torch"]
+    assert rep.packages["numpy"]
+    for name in ("torch", "tensorflow", "mxnet"):  # versions of what is installed, else None
+        assert bool(rep.packages[name]) == (find_spec(name) is not None)
     text = repr(rep)
     assert "CPU:" in text and "Device used:" in text
     assert rep.summary().startswith(("CPU:", "GPU:"))
@@ -108,6 +111,52 @@ def test_report_without_torch_asks_nvidia_smi(tmp_path):
     assert gpu["compute_capability"] == [9, 0]
     assert gpu["architecture"] == "Hopper" and gpu["fp8"] is True
     assert result["modules"] == []
+
+
+# Installed frameworks that the caller has not imported stay unimported, whatever is asked.
+_NOTHING_IMPORTED = textwrap.dedent(
+    """
+    import json, sys
+    from mptutor import bench, hardware
+    answers = [hardware.pick(cpu=1, gpu=2), hardware.has_gpu(), len(hardware.gpus())]
+    rep = hardware.report()
+    answers += [rep.summary(), repr(rep), hardware.framework_versions()]
+    loaded = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "tensorflow", "keras",
+                                                              "mxnet", "jax"})
+    print(json.dumps({"loaded": loaded, "device": rep.device}))
+    """
+)
+
+
+@pytest.mark.parametrize("device", ["", "cpu", "cuda"])
+def test_pick_report_and_bench_load_no_framework(device):
+    env = dict(os.environ, MPTUTOR_DEVICE=device)
+    out = subprocess.run(
+        [sys.executable, "-c", _NOTHING_IMPORTED], capture_output=True, text=True, env=env,
+        check=True,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["loaded"] == []
+    assert result["device"] in ("cpu", "cuda")
+
+
+def test_pick_does_not_build_the_report(monkeypatch):
+    monkeypatch.delenv("MPTUTOR_DEVICE", raising=False)
+    monkeypatch.setattr(hardware, "_CACHE", {})
+    monkeypatch.setattr(hardware, "gpus", lambda: [GpuInfo(0, "test GPU", (9, 0), 80.0)])
+    assert hardware.pick(cpu=32, gpu=256) == 256
+    assert hardware._CACHE == {}  # answered without the CPU, package and driver probes
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert hardware.pick(cpu=32, gpu=256) == 32
+
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:0", "tpu"])
+def test_a_bad_device_override_is_an_error(monkeypatch, value):
+    monkeypatch.setenv("MPTUTOR_DEVICE", value)
+    with pytest.raises(ValueError, match="MPTUTOR_DEVICE must be 'cpu' or 'cuda'"):
+        hardware.device_override()
+    with pytest.raises(ValueError, match="MPTUTOR_DEVICE"):
+        hardware.pick(cpu=1, gpu=2)
 
 
 @pytest.mark.gpu

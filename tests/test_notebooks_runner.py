@@ -27,19 +27,49 @@ def test_run_all_writes_executed_copies_html_and_summary(tmp_path, capsys):
     _notebook(src / "02-bad.ipynb", "1 / 0", "print('not reached')")
     out = tmp_path / "build"
     results = notebooks.run_all([src], out_dir=out)
-    assert [(r.notebook, r.ok) for r in results] == [("01-ok.ipynb", True), ("02-bad.ipynb", False)]
+    assert [(r.notebook, r.ok) for r in results] == [
+        ("nbs/01-ok.ipynb", True),
+        ("nbs/02-bad.ipynb", False),
+    ]
     assert "ZeroDivisionError" in results[1].error
-    executed = nbformat.read(out / "01-ok.ipynb", as_version=4)
+    executed = nbformat.read(out / "nbs" / "01-ok.ipynb", as_version=4)
     assert executed.cells[0].outputs[0]["data"]["text/plain"] == "42"
     assert executed.cells[1].outputs[0]["text"] == "nbs\n"  # ran in the notebook's folder
     assert [c.execution_count for c in executed.cells] == [1, 2]
-    assert "42" in (out / "01-ok.html").read_text()
+    assert "42" in (out / "nbs" / "01-ok.html").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert [n["ok"] for n in summary["notebooks"]] == [True, False]
-    assert summary["hardware"]["cpu"]
+    assert summary["runs"][0]["hardware"]["cpu"]
     printed = capsys.readouterr().out
     assert "01-ok.ipynb" in printed and "FAIL" in printed
     assert "pass" in (out / "summary.txt").read_text()
+
+
+def test_append_adds_a_second_environment_to_the_summary(tmp_path):
+    for track, source in [("pytorch", "1 + 1"), ("gluon", "2 + 2")]:
+        (tmp_path / track).mkdir()
+        _notebook(tmp_path / track / "01-x.ipynb", source)
+    out = tmp_path / "build"
+    notebooks.run_all([tmp_path / "pytorch"], out_dir=out, html=False)
+    notebooks.run_all([tmp_path / "gluon"], out_dir=out, html=False, append=True)
+    notebooks.run_all([tmp_path / "gluon"], out_dir=out, html=False, append=True)  # a re-run
+    summary = json.loads((out / "summary.json").read_text())
+    expected = ["pytorch/01-x.ipynb", "gluon/01-x.ipynb"]
+    assert [n["notebook"] for n in summary["notebooks"]] == expected
+    assert len(summary["runs"]) == 2
+    text = (out / "summary.txt").read_text()
+    assert "pytorch/01-x.ipynb" in text and "gluon/01-x.ipynb" in text
+    assert (out / "pytorch" / "01-x.ipynb").exists() and (out / "gluon" / "01-x.ipynb").exists()
+    notebooks.run_all([tmp_path / "gluon"], out_dir=out, html=False)  # without --append: anew
+    summary = json.loads((out / "summary.json").read_text())
+    assert [n["notebook"] for n in summary["notebooks"]] == ["gluon/01-x.ipynb"]
+
+
+def test_append_with_in_place_is_refused(tmp_path, capsys):
+    nb = _notebook(tmp_path / "x.ipynb", "1")
+    with pytest.raises(SystemExit):
+        notebooks.main([str(nb), "--in-place", "--append"])
+    assert "--append" in capsys.readouterr().err
 
 
 def test_in_place_keeps_a_failed_notebook_untouched(tmp_path):

@@ -6,12 +6,14 @@ import textwrap
 import warnings
 
 import pytest
-import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from mptutor import torch as mpt
-from mptutor.scaling import DynamicLossScaler, StaticLossScaler
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from mptutor import torch as mpt  # noqa: E402
+from mptutor.scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
 
 
 def _net(seed=0):
