@@ -94,12 +94,15 @@ notebooks: venvs
 	exit $$rc
 
 # A GPU host: PYTHON is its interpreter with CUDA PyTorch. The environment sees the host's
-# packages and adds only what is missing (notebook tools, Keras, this package), from
+# packages (its pip included) and adds only what is missing (notebook tools, Keras, this package), from
 # $(WHEELHOUSE)/ when that folder exists (offline) and from the index otherwise. The `gpu` tests
 # and nbval both run even if the first fails.
 test-gpu:
-	@$(PYTHON) -c 'import torch' || { echo "make test-gpu needs PYTHON=<an interpreter with CUDA PyTorch>" >&2; exit 2; }
+	@$(PYTHON) -c 'import torch' 2>/dev/null || { echo "make test-gpu needs PYTHON=<an interpreter with CUDA PyTorch>" >&2; exit 2; }
 	@test -x $(GPU_PY) || $(PYTHON) -m venv --system-site-packages --without-pip $(GPU_VENV)
+	@# PYTHON may itself be a virtual environment: its site-packages come in through a .pth file.
+	@$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
+	    > "$$($(GPU_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-site-packages.pth"
 	$(GPU_PY) -m pip install --quiet --disable-pip-version-check \
 	    $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE)) \
 	    -r requirements-gpu-host.txt
