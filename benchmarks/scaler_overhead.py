@@ -7,16 +7,22 @@ Both train the same network with the same optimizer (SGD with momentum) in FP16:
 - torch: the FP32 network under ``torch.autocast(dtype=torch.float16)`` with
   ``torch.amp.GradScaler``, PyTorch's own recipe.
 
+Layout: with channels_last (the default for a convolutional model on a GPU), each model is put
+in channels_last *before* its FP32 master copies are made, so that the FP16 weights and their
+masters have the same strides and the fused copies between them (``torch._foreach_copy_``) run
+on their fast path. The script checks that the strides match, and stops if they do not.
+
 Timings alternate between the two in rounds, so drift of the machine hits both alike. Two
-ratios are reported (mptutor / torch, median of repeats): the whole training iteration, and
-the optimizer part alone (unscale, inf check, step, scale update). On a GPU the host syncs of
-one optimizer step are counted with ``torch.cuda.set_sync_debug_mode``.
+ratios are reported (mptutor / torch, median of repeats): the whole training step (forward,
+backward and optimizer: the figure the project's target is stated for), and the optimizer part
+alone (unscale, inf check, step, scale update). On a GPU the host syncs are counted with
+``torch.cuda.set_sync_debug_mode``, for the optimizer part and for the whole step.
 
 Usage::
 
     python benchmarks/scaler_overhead.py                 # CPU: small MLP
-    python benchmarks/scaler_overhead.py --device cuda   # GPU: ResNet50 (torchvision)
-    python benchmarks/scaler_overhead.py --save          # also write data/results/*.json
+    python benchmarks/scaler_overhead.py --save          # GPU: ResNet50 (torchvision), record
+    python benchmarks/scaler_overhead.py --smoke --save  # tiny CNN on CPU, temp record
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ from torch import nn
 
 from mptutor import bench
 from mptutor import torch as mpt
+from mptutor import torch_perf as tp
 from mptutor.scaling import DynamicLossScaler
+
+CONV_MODELS = ("resnet50", "tiny-cnn")
 
 
 def build_model(name: str, seed: int = 0) -> tuple[nn.Module, tuple[int, ...], int]:
@@ -48,19 +57,47 @@ def build_model(name: str, seed: int = 0) -> tuple[nn.Module, tuple[int, ...], i
             layers += [nn.Linear(a, b), nn.BatchNorm1d(b), nn.ReLU()]
         layers.append(nn.Linear(width, 16))
         return nn.Sequential(*layers), (512,), 16
-    raise ValueError(f"unknown model {name!r}; choose resnet50 or mlp")
+    if name == "tiny-cnn":
+        return (
+            nn.Sequential(
+                nn.Conv2d(3, 8, 3, padding=1, bias=False),
+                nn.BatchNorm2d(8),
+                nn.ReLU(),
+                nn.Conv2d(8, 16, 3, padding=1, bias=False),
+                nn.BatchNorm2d(16),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(16, 10),
+            ),
+            (3, 16, 16),
+            10,
+        )
+    raise ValueError(f"unknown model {name!r}; choose resnet50, mlp or tiny-cnn")
 
 
 def _sgd(params):
     return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
 
 
+def _layout(channels_last: bool) -> torch.memory_format:
+    return torch.channels_last if channels_last else torch.contiguous_format
+
+
 class Mptutor:
     """FP16 model with FP32 master weights and dynamic loss scaling."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, device: torch.device, channels_last: bool) -> None:
+        # layout first, master copies second: the masters inherit the model's strides
+        model = model.to(device, memory_format=_layout(channels_last))
         self.model = mpt.network_to_half(model)
         self.opt = mpt.MasterWeightOptimizer(_sgd, self.model, DynamicLossScaler())
+        bad = tp.stride_mismatches(self.opt.model_params, self.opt.master_params)
+        if bad:
+            raise SystemExit(
+                f"{len(bad)} FP16 parameters and their FP32 masters differ in strides; "
+                "the comparison would time the slow copy path"
+            )
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> None:
         loss = nn.functional.cross_entropy(self.model(x.half()).float(), y)
@@ -73,14 +110,14 @@ class Mptutor:
 class TorchAmp:
     """FP32 model under autocast with torch.amp.GradScaler."""
 
-    def __init__(self, model: nn.Module, device: str) -> None:
-        self.model = model
-        self.device = device
-        self.opt = _sgd(model.parameters())
-        self.scaler = torch.amp.GradScaler(device)
+    def __init__(self, model: nn.Module, device: torch.device, channels_last: bool) -> None:
+        self.model = model.to(device, memory_format=_layout(channels_last))
+        self.device_type = device.type
+        self.opt = _sgd(self.model.parameters())
+        self.scaler = torch.amp.GradScaler(device.type)
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        with torch.autocast(self.device, dtype=torch.float16):
+        with torch.autocast(self.device_type, dtype=torch.float16):
             loss = nn.functional.cross_entropy(self.model(x), y)
         self.scaler.scale(loss).backward()
 
@@ -90,31 +127,25 @@ class TorchAmp:
         self.opt.zero_grad(set_to_none=True)
 
 
-def count_syncs(trainer: Mptutor | TorchAmp, x: torch.Tensor, y: torch.Tensor) -> int:
-    """Host syncs during one optimizer step (CUDA only)."""
-    trainer.forward_backward(x, y)
-    return mpt.count_host_syncs(trainer.step)
-
-
 def measure(args: argparse.Namespace) -> dict:
-    device = args.device
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    device = torch.device(args.device)
+    cuda = tp.is_cuda(device)
     model_a, shape, classes = build_model(args.model)
     model_b, _, _ = build_model(args.model)
-    trainers = {
-        "mptutor": Mptutor(model_a.to(device)),
-        "torch": TorchAmp(model_b.to(device), device),
-    }
-    if device == "cuda":
+    if cuda:
         torch.backends.cudnn.benchmark = True
-        for t in trainers.values():
-            if args.model == "resnet50":
-                t.model.to(memory_format=torch.channels_last)
+    trainers = {
+        "mptutor": Mptutor(model_a, device, args.channels_last),
+        "torch": TorchAmp(model_b, device, args.channels_last),
+    }
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(args.batch, *shape, generator=gen).to(device)
     y = torch.randint(0, classes, (args.batch,), generator=gen).to(device)
-    if device == "cuda" and args.model == "resnet50":
+    if args.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
+
+    def sync() -> None:
+        tp.synchronize(device)
 
     iteration = {k: [] for k in trainers}
     step = {k: [] for k in trainers}
@@ -136,16 +167,20 @@ def measure(args: argparse.Namespace) -> dict:
                 iteration[name].append(end - start)
                 step[name].append(end - mid)
 
+    mp = trainers["mptutor"].opt
     result = {
         "model": args.model,
         "batch": args.batch,
-        "device": device,
+        "device": str(device),
+        "channels_last": args.channels_last,
+        "master_strides_match": not tp.stride_mismatches(mp.model_params, mp.master_params),
         "rounds": args.rounds,
         "iters_per_round": args.iters,
         "parameters": sum(p.numel() for p in model_b.parameters()),
         "parameter_tensors": sum(1 for _ in model_b.parameters()),
-        "iteration_s": {k: v for k, v in iteration.items()},
-        "step_s": {k: v for k, v in step.items()},
+        "timing": "wall clock between device syncs: forward+backward, then the optimizer part",
+        "iteration_s": iteration,
+        "step_s": step,
     }
     med = {k: statistics.median(v) for k, v in iteration.items()}
     med_step = {k: statistics.median(v) for k, v in step.items()}
@@ -153,47 +188,89 @@ def measure(args: argparse.Namespace) -> dict:
     result["median_step_s"] = med_step
     result["iteration_ratio"] = med["mptutor"] / med["torch"]
     result["step_ratio"] = med_step["mptutor"] / med_step["torch"]
-    result["skipped_steps_mptutor"] = int(
-        trainers["mptutor"].opt.loss_scaler.history.skipped_steps().size
-    )
-    if device == "cuda":
-        result["host_syncs_per_step"] = {k: count_syncs(t, x, y) for k, t in trainers.items()}
+    result["skipped_steps_mptutor"] = int(mp.loss_scaler.history.skipped_steps().size)
+    if cuda:
+        result["host_syncs_per_step"] = {}
+        result["host_syncs_per_iteration"] = {}
+        for k, t in trainers.items():
+            t.forward_backward(x, y)
+            result["host_syncs_per_step"][k] = mpt.count_host_syncs(t.step)
+            result["host_syncs_per_iteration"][k] = mpt.count_host_syncs(
+                lambda t=t: (t.forward_backward(x, y), t.step())
+            )
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--model", default=None, help="resnet50 or mlp (default: by device)")
+    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if any)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="resnet50, mlp or tiny-cnn (default: resnet50 on a GPU, mlp on a CPU)",
+    )
     parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--save", action="store_true", help="write data/results/<name>.json")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="channels_last layout (default: on for a CNN on a GPU)",
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="default 5")
+    parser.add_argument("--iters", type=int, default=None, help="default 10")
+    parser.add_argument("--warmup", type=int, default=None, help="default 5")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny CNN in channels_last, checks the code path (CPU unless --device)",
+    )
+    parser.add_argument("--save", action="store_true", help="write a JSON record")
+    parser.add_argument(
+        "--out-dir",
+        default=None,
+        help="folder for the record (default data/results; a temp dir for --smoke)",
+    )
+    args = parser.parse_args(argv)
+    args.device = args.device or ("cpu" if args.smoke else tp.default_device())
+    cuda = tp.is_cuda(args.device)
     if args.model is None:
-        args.model = "resnet50" if args.device == "cuda" else "mlp"
+        args.model = "tiny-cnn" if args.smoke else ("resnet50" if cuda else "mlp")
+    if args.channels_last is None:
+        args.channels_last = args.model in CONV_MODELS and (cuda or args.smoke)
+    if args.channels_last and args.model not in CONV_MODELS:
+        parser.error(f"--channels-last needs a convolutional model ({', '.join(CONV_MODELS)})")
     if args.batch is None:
-        args.batch = 128 if args.model == "resnet50" else 64
+        args.batch = 4 if args.smoke else (128 if args.model == "resnet50" else 64)
+    small = 1 if args.smoke else None
+    args.rounds = args.rounds or small or 5
+    args.iters = args.iters or (2 if args.smoke else 10)
+    args.warmup = args.warmup if args.warmup is not None else (small or 5)
     result = measure(args)
     print(
         f"model {result['model']} ({result['parameters']:,} parameters in "
-        f"{result['parameter_tensors']} tensors), batch {result['batch']}, {result['device']}"
+        f"{result['parameter_tensors']} tensors), batch {result['batch']}, {result['device']}, "
+        f"channels_last {result['channels_last']}, master strides match: "
+        f"{result['master_strides_match']}"
     )
     for k in ("mptutor", "torch"):
         print(
-            f"  {k:8s} iteration {1e3 * result['median_iteration_s'][k]:8.2f} ms, "
+            f"  {k:8s} training step {1e3 * result['median_iteration_s'][k]:8.2f} ms, "
             f"optimizer part {1e3 * result['median_step_s'][k]:7.2f} ms"
         )
     print(
-        f"  ratio mptutor/torch: iteration {result['iteration_ratio']:.3f}, "
+        f"  ratio mptutor/torch: training step {result['iteration_ratio']:.3f}, "
         f"optimizer part {result['step_ratio']:.3f}"
     )
     if "host_syncs_per_step" in result:
-        print(f"  host syncs per optimizer step: {result['host_syncs_per_step']}")
+        print(f"  host syncs per optimizer part: {result['host_syncs_per_step']}")
+        print(f"  host syncs per training step: {result['host_syncs_per_iteration']}")
     if args.save:
-        path = bench.save_result(f"scaler_overhead-{result['device']}-{result['model']}", result)
+        path = tp.save_record(
+            "scaler_overhead", args.device, result, args.smoke, args.out_dir, suffix=args.model
+        )
         print(f"saved {path}")
+        checks = bench.check_targets([(path, bench.load_result(path))], every_target=False)
+        print(checks if len(checks) else "no target applies to this record")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from mptutor import torch as mpt
+from mptutor import torch_perf as tp
 
 TENSOR_CORE = [
     # Volta: the "884" kernels of the GTC 2018 talk
@@ -71,13 +72,35 @@ def test_profiling_needs_a_gpu_and_says_so():
 def test_fp16_matmul_runs_on_tensor_cores_and_strict_fp32_does_not():
     a = torch.randn(1024, 1024, device="cuda")
     b = torch.randn(1024, 1024, device="cuda")
-    half = mpt.tensor_core_kernels(lambda: a.half() @ b.half())
+    a16, b16 = a.half(), b.half()
+    half = mpt.tensor_core_kernels(lambda: a16 @ b16)
     assert any(k.tensor_core for k in half), [k.name for k in half]
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
+    with tp.tf32(False):  # the fp32_precision settings: no deprecation warning, nothing mixed
         strict = mpt.tensor_core_kernels(lambda: a @ b)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-    gemms = [k for k in strict if "gemm" in k.name.lower() or "nvjet" in k.name.lower()]
-    assert gemms and not any(k.tensor_core for k in gemms), [k.name for k in strict]
+    assert strict and not any(k.tensor_core for k in strict), [k.name for k in strict]
+
+
+@pytest.mark.gpu
+def test_tf32_setting_decides_whether_fp32_products_use_tensor_cores():
+    major, _ = torch.cuda.get_device_capability()
+    if major < 8:
+        pytest.skip("TF32 needs compute capability 8.0")
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    with tp.tf32(True):
+        tf32 = mpt.tensor_core_kernels(lambda: a @ b)
+    with tp.tf32(False):
+        strict = mpt.tensor_core_kernels(lambda: a @ b)
+    assert any(k.tensor_core for k in tf32), [k.name for k in tf32]
+    assert not any(k.tensor_core for k in strict), [k.name for k in strict]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp8-e4m3"])
+def test_products_of_the_gemm_sweep_run_on_tensor_cores(precision):
+    reason = tp.why_not(precision, "cuda", (1024, 1024, 1024))
+    if reason is not None:
+        pytest.skip(reason)
+    product = tp.make_product(precision, 1024, 1024, 1024, "cuda")
+    kernels = mpt.tensor_core_kernels(product)
+    assert any(k.tensor_core for k in kernels), [k.name for k in kernels]

@@ -1,0 +1,289 @@
+"""mptutor.torch_perf: TF32 switches, GEMM products, timing, training steps, records."""
+
+import json
+import math
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from mptutor import bench
+from mptutor import torch as mpt
+from mptutor import torch_perf as tp
+
+
+def test_is_cuda_accepts_device_indices():
+    assert tp.is_cuda("cuda") and tp.is_cuda("cuda:0") and tp.is_cuda(torch.device("cuda", 1))
+    assert not tp.is_cuda("cpu") and not tp.is_cuda(torch.device("cpu"))
+    tp.synchronize("cpu")  # nothing to wait for, and no error
+
+
+def test_tf32_switch_uses_the_fp32_precision_settings_without_warnings():
+    before = tp.tf32_settings()
+    if before["api"] != "fp32_precision":
+        pytest.skip("this PyTorch predates the fp32_precision settings")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a deprecation warning would fail here
+        with tp.tf32(False):
+            assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+            assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+            with tp.tf32(True):
+                assert tp.tf32_settings() == {
+                    "api": "fp32_precision",
+                    "matmul": "tf32",
+                    "cudnn_conv": "tf32",
+                }
+            assert tp.tf32_settings()["matmul"] == "ieee"
+        assert tp.tf32_settings() == before
+        # nothing was mixed: PyTorch's own getters still answer
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_tf32_is_restored_after_an_error():
+    before = tp.tf32_settings()
+    with pytest.raises(KeyError), tp.tf32(True):
+        raise KeyError("inside")
+    assert tp.tf32_settings() == before
+
+
+def test_set_tf32_falls_back_to_allow_tf32_where_fp32_precision_is_missing():
+    # in a fresh process, so that the legacy flags never mix with the settings of this one (a
+    # CUDA build of a recent PyTorch may warn about the legacy flags: that is the point of the
+    # new settings, and the fallback is only taken where they are missing)
+    code = (
+        "import torch\n"
+        "from mptutor import torch_perf as tp\n"
+        "tp._new_tf32_api = lambda: None\n"
+        "before = tp.set_tf32(True)\n"
+        "assert before == {'api': 'allow_tf32', 'matmul': False, 'cudnn_conv': True}, before\n"
+        "assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32\n"
+        "with tp.tf32(False):\n"
+        "    assert not torch.backends.cuda.matmul.allow_tf32\n"
+        "    assert not torch.backends.cudnn.allow_tf32\n"
+        "assert torch.backends.cuda.matmul.allow_tf32\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_precisions_on_a_cpu():
+    assert list(tp.PRECISIONS) == ["fp32-strict", "tf32", "fp16", "bf16", "fp8-e4m3"]
+    assert [p for p in tp.PRECISIONS if tp.why_not(p, "cpu") is None] == [
+        "fp32-strict",
+        "fp16",
+        "bf16",
+    ]
+    assert "CUDA GPUs only" in tp.why_not("tf32", "cpu")
+    with pytest.raises(ValueError, match="unknown precision 'fp4'"):
+        tp.why_not("fp4", "cpu")
+
+
+@pytest.mark.parametrize(
+    ("capability", "precision", "shape", "expected"),
+    [
+        ((7, 0), "tf32", (), "needs compute capability 8.0, this GPU has 7.0"),
+        ((7, 5), "bf16", (), "needs compute capability 8.0"),
+        ((7, 0), "fp16", (), None),
+        ((8, 0), "fp8-e4m3", (), "needs compute capability 8.9"),
+        ((9, 0), "fp8-e4m3", (8191, 8191, 8191), "divisible by 16"),
+        ((9, 0), "fp8-e4m3", (8192, 8192, 8192), None),
+        ((9, 0), "fp16", (8191, 8191, 8191), None),
+    ],
+)
+def test_why_not_on_gpus_of_each_generation(monkeypatch, capability, precision, shape, expected):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    reason = tp.why_not(precision, "cuda:0", shape)
+    assert reason is None if expected is None else expected in reason
+
+
+@pytest.mark.parametrize("precision", list(tp.PRECISIONS))
+def test_products_compute_a_at_b_in_their_precision(precision):
+    p = tp.PRECISIONS[precision]
+    product = tp.make_product(precision, 24, 16, 32, "cpu", seed=3)
+    c = product()
+    assert c.shape == (24, 16)
+    assert c.dtype == (torch.bfloat16 if precision == "fp8-e4m3" else p.dtype)
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(24, 32, generator=gen), torch.randn(32, 16, generator=gen)
+    exact = a.to(p.dtype).double() @ b.to(p.dtype).double()  # the rounded inputs, exactly
+    tolerance = {"fp16": 2e-2, "bf16": 0.2, "fp8-e4m3": 0.2}.get(precision, 1e-4)
+    assert torch.allclose(c.double(), exact, atol=tolerance, rtol=tolerance)
+
+
+def test_gemm_flops():
+    assert tp.gemm_flops(256, 2048, 1024) == 2 * 256 * 2048 * 1024
+
+
+def test_time_calls_packs_enough_calls_into_each_sample():
+    calls = []
+
+    def work():
+        calls.append(1)
+        time.sleep(0.001)
+
+    timing = tp.time_calls(work, "cpu", repeats=3, warmup=2, min_sample_s=0.005)
+    assert timing.method == "wall-clock" and timing.inner >= 4
+    assert len(timing.times_s) == 3 and all(t >= 0.001 for t in timing.times_s)
+    assert timing.sample_s >= 0.005 * 0.9
+    record = timing.as_dict()
+    assert record["inner"] == timing.inner and record["median_s"] == timing.median_s
+    assert len(calls) >= 2 + 3 * timing.inner  # warm-up, calibration, then the samples
+    assert set(tp.TIMING_METHODS) == {"cuda-graph", "cuda-events", "wall-clock"}
+
+
+def test_time_calls_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="repeats"):
+        tp.time_calls(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="min_sample_s"):
+        tp.time_calls(lambda: None, min_sample_s=-1)
+
+
+def test_time_calls_stops_at_max_inner():
+    timing = tp.time_calls(
+        lambda: None, "cpu", repeats=2, warmup=0, min_sample_s=10.0, max_inner=64
+    )
+    assert timing.inner == 64
+
+
+def test_measure_gemm_rows():
+    row = tp.measure_gemm("fp32-strict", 16, 16, 16, "cpu", repeats=2, min_sample_s=0.001)
+    assert row["tflops"] > 0 and math.isclose(
+        row["tflops"], tp.gemm_flops(16, 16, 16) / row["seconds"] / 1e12
+    )
+    assert row["timing"]["method"] == "wall-clock" and len(row["timing"]["times_s"]) == 2
+    assert tp.measure_gemm("tf32", 16, 16, 16, "cpu")["skipped"].startswith("tf32 is measured")
+
+
+def test_gemm_sweep_measures_each_size_and_the_size_minus_one():
+    rows = tp.gemm_sweep([8], "cpu", ["fp32-strict", "fp8-e4m3"], repeats=1, min_sample_s=0.0)
+    assert [(r["precision"], r["m"], "tflops" in r) for r in rows] == [
+        ("fp32-strict", 8, True),
+        ("fp8-e4m3", 8, False),
+        ("fp32-strict", 7, True),
+        ("fp8-e4m3", 7, False),
+    ]
+
+
+def _tiny_cnn():
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 10),
+    )
+
+
+@pytest.mark.parametrize("mode", ["fp32-strict", "amp-bf16", "amp-fp16"])
+def test_measure_training_on_a_cpu(mode):
+    benchmark_before, tf32_before = torch.backends.cudnn.benchmark, tp.tf32_settings()
+    row = tp.measure_training(
+        _tiny_cnn,
+        mode,
+        batch=4,
+        image_size=8,
+        classes=10,
+        device="cpu",
+        steps=2,
+        warmup=1,
+        channels_last=True,
+    )
+    assert row["mode"] == mode and row["channels_last"] and len(row["times_s"]) == 2
+    assert row["images_per_s"] > 0 and row["peak_memory_gib"] is None
+    assert math.isfinite(row["final_loss"])
+    assert torch.backends.cudnn.benchmark == benchmark_before
+    assert tp.tf32_settings() == tf32_before
+    with pytest.raises(ValueError, match="unknown mode"):
+        tp.measure_training(_tiny_cnn, "fp64", 2, 8, 10)
+
+
+def _masters(convert_first):
+    model = _tiny_cnn()
+    if convert_first:
+        model = model.to(memory_format=torch.channels_last)
+    model = mpt.network_to_half(model)
+    opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=0.1), model)
+    if not convert_first:
+        model.to(memory_format=torch.channels_last)
+    return tp.stride_mismatches(opt.model_params, opt.master_params)
+
+
+def test_masters_share_the_layout_only_when_the_model_is_converted_first():
+    assert _masters(convert_first=True) == []
+    assert _masters(convert_first=False) == [0]  # the conv weight: the benchmark's old bug
+
+
+def test_stride_mismatches_checks_its_input():
+    with pytest.raises(ValueError, match="2 tensors against 1"):
+        tp.stride_mismatches([torch.zeros(1), torch.zeros(1)], [torch.zeros(1)])
+    with pytest.raises(ValueError, match="differs in shape"):
+        tp.stride_mismatches([torch.zeros(2)], [torch.zeros(3)])
+
+
+def test_save_record_names_and_provenance(tmp_path):
+    path = tp.save_record("gemm_sweep", "cpu", {"rows": []}, out_dir=tmp_path)
+    assert path.name == "gemm_sweep-cpu.json"
+    record = bench.load_result(path)
+    assert record["data"]["torch"] == torch.__version__ and record["data"]["smoke"] is False
+    assert record["data"]["device"] == "cpu" and record["hardware"]["packages"]["torch"]
+    smoke = tp.save_record(
+        "scaler_overhead", "cpu", {}, smoke=True, out_dir=tmp_path, suffix="tiny-cnn"
+    )
+    assert smoke.name == "scaler_overhead-smoke-cpu-tiny_cnn.json"
+    assert json.loads(smoke.read_text())["data"]["smoke"] is True
+    assert [p.name for p, _ in bench.find_records(results_dir=tmp_path)] == [path.name]
+
+
+def test_a_smoke_record_never_lands_in_data_results():
+    path = tp.save_record("gemm_sweep", "cpu", {}, smoke=True)
+    try:
+        assert path.parent != bench.RESULTS_DIR and path.parent.name.startswith("mptutor-smoke")
+    finally:
+        path.unlink()
+        path.parent.rmdir()
+
+
+# --- on a GPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_small_products_are_timed_from_a_cuda_graph_not_by_the_launch_rate():
+    product = tp.make_product("fp16", 1024, 1024, 1024, "cuda")
+    graphed = tp.time_calls(product, "cuda", repeats=5)
+    assert graphed.method == "cuda-graph" and graphed.inner > 1
+    assert graphed.sample_s >= 0.009  # at least about 10 ms of work per sample
+    one_at_a_time = bench.time_fn(product, repeats=20, warmup=3, device="cuda")
+    assert graphed.median_s < one_at_a_time.median  # the synchronised call pays the launch
+
+
+@pytest.mark.gpu
+def test_eager_back_to_back_timing_is_the_fallback():
+    product = tp.make_product("fp16", 512, 512, 512, "cuda:0")
+    timing = tp.time_calls(product, "cuda:0", repeats=3, graph=False)
+    assert timing.method == "cuda-events" and timing.note == "graph capture turned off"
+
+
+@pytest.mark.gpu
+def test_gemm_sweep_on_a_gpu_restores_tf32():
+    before = tp.tf32_settings()
+    rows = tp.gemm_sweep([256], "cuda", repeats=2, min_sample_s=0.002)
+    assert tp.tf32_settings() == before
+    measured = {r["precision"] for r in rows if "tflops" in r}
+    assert {"fp32-strict", "fp16"} <= measured
+    assert all(r["timing"]["method"] == "cuda-graph" for r in rows if "timing" in r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_measure_training_on_a_gpu_reports_peak_memory(device):
+    row = tp.measure_training(
+        _tiny_cnn, "amp-fp16", 8, 16, 10, device, steps=2, warmup=1, channels_last=True
+    )
+    assert row["peak_memory_gib"] > 0 and math.isfinite(row["final_loss"])
