@@ -631,3 +631,21 @@ def count_host_syncs(fn: Callable[[], Any]) -> int:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     return sum("synchroniz" in str(w.message) for w in caught)
+
+
+# --- debugging helpers (find_nonfinite, tensor_core_audit), kept in their own module ----------
+from mptutor._torch_debugging import (  # noqa: E402
+    NonFiniteRecord,
+    ShapeIssue,
+    TensorCoreAudit,
+    find_nonfinite,
+    tensor_core_audit,
+)
+
+__all__ += [
+    "find_nonfinite",
+    "NonFiniteRecord",
+    "tensor_core_audit",
+    "TensorCoreAudit",
+    "ShapeIssue",
+]
