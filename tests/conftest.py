@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 
 import matplotlib
 import pytest
@@ -32,7 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
     missing = []
     for name in _required_frameworks():
         try:
-            importlib.import_module(name)
+            with warnings.catch_warnings():  # mxnet 1.9 touches deprecated NumPy aliases
+                warnings.simplefilter("ignore", DeprecationWarning)
+                importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a broken install is as missing as an absent one
             missing.append(f"{name} ({type(exc).__name__}: {exc})")
     if missing:

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from mptutor import bench
 

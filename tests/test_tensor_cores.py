@@ -2,7 +2,8 @@
 # ruff: noqa: E501  (kernel names are quoted whole, as profilers print them)
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from mptutor import torch as mpt
 from mptutor import torch_perf as tp

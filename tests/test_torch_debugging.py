@@ -1,7 +1,8 @@
 import math
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 from torch import nn
 
 from mptutor import torch as mpt

@@ -2,7 +2,8 @@ import multiprocessing
 import time
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 import torch.distributed as dist
 
 from mptutor._torch_distributed import WorkerError, Workers, choose_backend, launch

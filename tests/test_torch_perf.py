@@ -8,7 +8,8 @@ import time
 import warnings
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 from torch import nn
 
 from mptutor import bench
