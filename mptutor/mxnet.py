@@ -7,8 +7,9 @@ Use it the d2l way (this module imports MXNet)::
 It packages the recipe of the MXNet float16 tutorial (a Gluon ResNet-50 v2 on Caltech 101):
 cast the network with ``net.cast("float16")``, cast each batch to match, and give the optimizer
 ``multi_precision=True`` so that it keeps a float32 master copy of every float16 weight. The
-notebook ``05-gluon-resnet50-caltech101`` writes each of these steps out; the functions here are
-the tested versions it then calls.
+notebook ``notebooks/gluon/02-resnet50-caltech101`` writes each of these steps out; the functions
+here are the tested versions it then calls. ``notebooks/gluon/01-mixed-precision-in-gluon`` uses
+:class:`LossScaledTrainerStep` and :func:`multi_precision_survey`.
 
 What runs where (MXNet 1.9.1):
 
@@ -67,9 +68,14 @@ with warnings.catch_warnings():
     from mxnet.gluon.data.vision import ImageFolderDataset, transforms
     from mxnet.gluon.model_zoo import vision
 
-from tqdm.auto import tqdm
+# In Jupyter without ipywidgets, tqdm.auto warns on import that it falls back to a text bar; the
+# text bar works, and train() shows none unless asked (progress=True), so that note is hidden.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    from tqdm.auto import tqdm
 
 from mptutor import data as _data
+from mptutor import hardware as _hardware
 from mptutor.atomic import atomic_path
 from mptutor.checks import optional_positive
 from mptutor.gradients import GradientStats, gradient_stats
@@ -86,8 +92,10 @@ __all__ = [
     "EpochStats",
     "History",
     "Checkpoint",
+    "OptimizerTrial",
     "seed",
     "default_context",
+    "pick",
     "check_dtype",
     "probe_bf16",
     "bf16_supported",
@@ -100,9 +108,14 @@ __all__ = [
     "make_trainer",
     "train",
     "evaluate",
+    "predict",
     "master_weights",
     "save_master_weights",
     "load_master_weights",
+    "gradients_stats",
+    "LossScaledTrainerStep",
+    "try_multi_precision",
+    "multi_precision_survey",
 ]
 
 #: Data types that :func:`get_network` and :func:`train` accept.
@@ -201,14 +214,49 @@ def default_context() -> mx.Context:
         ``mx.gpu(0)`` when this MXNet build sees a GPU and ``MPTUTOR_DEVICE=cpu`` is not set,
         otherwise ``mx.cpu()``. It asks MXNet itself, so a CPU build of MXNet on a GPU machine
         gives the CPU.
+
+    Raises
+    ------
+    RuntimeError
+        If ``MPTUTOR_DEVICE=cuda`` asks for a GPU and this MXNet build sees none.
+    ValueError
+        If ``MPTUTOR_DEVICE`` holds something other than ``cpu`` or ``cuda``.
     """
-    if os.environ.get("MPTUTOR_DEVICE", "").lower() == "cpu":
+    override = _hardware.device_override()
+    if override == "cpu":
         return mx.cpu()
     try:
         count = mx.context.num_gpus()
     except mx.base.MXNetError:  # a CUDA build without a usable driver
         count = 0
+    if count == 0 and override == "cuda":
+        raise RuntimeError(
+            "MPTUTOR_DEVICE=cuda asks for a GPU, but this MXNet build sees none: install a CUDA "
+            "build of MXNet (e.g. mxnet-cu112) or unset MPTUTOR_DEVICE"
+        )
     return mx.gpu(0) if count > 0 else mx.cpu()
+
+
+def pick(cpu: Any, gpu: Any, ctx: mx.Context | None = None) -> Any:
+    """Choose a setting by where MXNet computes: full size on a GPU, small on a CPU.
+
+    :func:`mptutor.hardware.pick` asks whether the machine has a GPU; MXNet also needs its own
+    CUDA build to use one. This asks MXNet, through :func:`default_context`, so that a CPU
+    build of MXNet on a GPU machine takes the CPU sizes.
+
+    Parameters
+    ----------
+    cpu, gpu : object
+        The values for a CPU context and for a GPU context.
+    ctx : mxnet.Context, optional
+        The context to decide by; default :func:`default_context`.
+
+    Returns
+    -------
+    object
+        ``gpu`` when the context is a GPU, else ``cpu``.
+    """
+    return gpu if _is_gpu(_check_context(ctx)) else cpu
 
 
 def _is_gpu(ctx: mx.Context) -> bool:
@@ -958,6 +1006,7 @@ def train(
     wd: float = 1e-4,
     progress: bool = True,
     label: str | None = None,
+    history: History | None = None,
 ) -> History:
     """Train a classifier with softmax cross-entropy, the same loop for every type.
 
@@ -990,11 +1039,15 @@ def train(
         Show a tqdm progress bar (``tqdm.auto``: a widget in Jupyter, text elsewhere).
     label : str, optional
         Prefix of the progress bar; default ``dtype``.
+    history : History, optional
+        Continue this run of the same network: its trainer is used (``trainer`` must not be
+        given) and the new epochs are appended to it, numbered after its last one.
 
     Returns
     -------
     History
-        Loss, accuracies, seconds and images per second for every epoch, and the trainer.
+        Loss, accuracies, seconds and images per second for every epoch, and the trainer
+        (``history`` itself, extended, when it was given).
 
     Raises
     ------
@@ -1011,6 +1064,15 @@ def train(
     _check_net_dtype(net, dtype)
     if dtype != "bfloat16":
         _refuse_after_amp(f"{dtype} training run")
+    if history is not None:
+        if trainer is not None:
+            raise ValueError("give either trainer or history (whose trainer continues), not both")
+        if history.dtype != dtype or history.trainer is None:
+            raise ValueError(
+                f"history is a {history.dtype} run without its trainer or of another type than "
+                f"dtype={dtype!r}: continue a run with the dtype it was started with"
+            )
+        trainer = history.trainer
     if trainer is None:
         trainer = make_trainer(
             net, dtype, multi_precision, learning_rate=learning_rate, momentum=momentum, wd=wd
@@ -1019,15 +1081,20 @@ def train(
     if use_amp and getattr(trainer, "_amp_loss_scaler", None) is None:
         amp.init_trainer(trainer)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    history = History(
-        dtype=dtype, multi_precision=bool(multi_precision), context=str(ctx), trainer=trainer
-    )
+    first = 1
+    if history is None:
+        history = History(
+            dtype=dtype, multi_precision=bool(multi_precision), context=str(ctx), trainer=trainer
+        )
+    elif history.epochs:
+        first = history.epochs[-1].epoch + 1
     mx.nd.waitall()
     if _is_gpu(ctx):
         ctx.empty_cache()
     memory_before = _gpu_memory_used(ctx)
     name = label or dtype
-    for epoch in range(1, epochs + 1):
+    last = first + epochs - 1
+    for epoch in range(first, last + 1):
         total_loss = mx.nd.zeros((1,), ctx=ctx)
         correct = mx.nd.zeros((1,), ctx=ctx)
         seen = 0
@@ -1039,7 +1106,7 @@ def train(
         bar = tqdm(
             train_data,
             total=total,
-            desc=f"{name} epoch {epoch}/{epochs}",
+            desc=f"{name} epoch {epoch}/{last}",
             disable=not progress,
             leave=False,
             unit="batch",
@@ -1094,11 +1161,40 @@ def train(
     return history
 
 
+def _outputs(
+    net: gluon.Block,
+    data: Iterable[Any],
+    ctx: mx.Context | None,
+    dtype: str | None,
+    batch_statistics: bool,
+) -> Iterable[tuple[mx.nd.NDArray, mx.nd.NDArray]]:
+    ctx = _net_context(net) if ctx is None else _check_context(ctx)
+    if dtype is None:
+        dtype = "float16" if "float16" in _param_dtypes(net) else "float32"
+    dtype = check_dtype(dtype, ctx)
+    seen = 0
+    for x, y in data:
+        x = x.as_in_context(ctx)
+        if dtype == "float16":
+            x = x.astype("float16", copy=False)
+        if batch_statistics:
+            with autograd.train_mode():  # BatchNorm normalises with this batch's statistics
+                out = net(x)
+        else:
+            out = net(x)
+        seen += x.shape[0]
+        yield out.astype("float32", copy=False), y.as_in_context(ctx).astype("float32")
+    if seen == 0:
+        raise ValueError("the data yielded no batches: nothing to evaluate")
+
+
 def evaluate(
     net: gluon.Block,
     data: Iterable[Any],
     ctx: mx.Context | None = None,
     dtype: str | None = None,
+    *,
+    batch_statistics: bool = False,
 ) -> float:
     """Classification accuracy of a network on batches of ``(images, labels)``.
 
@@ -1113,6 +1209,11 @@ def evaluate(
     dtype : str, optional
         Type the images are cast to; default float16 if the network has float16 parameters,
         else float32 (bfloat16 AMP networks take float32 input).
+    batch_statistics : bool, default False
+        Normalise every BatchNorm layer with the statistics of each test batch (Gluon's
+        training mode, without recording or updating anything) instead of its running
+        averages. A diagnostic: a large gap between the two accuracies means the running
+        averages do not describe what the current weights produce.
 
     Returns
     -------
@@ -1124,22 +1225,47 @@ def evaluate(
     ValueError
         If ``data`` yields no batch, or float16 is asked for on a CPU.
     """
-    ctx = _net_context(net) if ctx is None else _check_context(ctx)
-    if dtype is None:
-        dtype = "float16" if "float16" in _param_dtypes(net) else "float32"
-    dtype = check_dtype(dtype, ctx)
-    correct = mx.nd.zeros((1,), ctx=ctx)
+    correct = None
     seen = 0
-    for x, y in data:
-        x = x.as_in_context(ctx)
-        if dtype == "float16":
-            x = x.astype("float16", copy=False)
-        out = net(x).astype("float32", copy=False)
-        correct += (out.argmax(axis=1) == y.as_in_context(ctx).astype("float32")).sum()
-        seen += x.shape[0]
-    if seen == 0:
-        raise ValueError("the data yielded no batches: nothing to evaluate")
-    return float(correct.asscalar()) / seen
+    for out, y in _outputs(net, data, ctx, dtype, batch_statistics):
+        hits = (out.argmax(axis=1) == y).sum()
+        correct = hits if correct is None else correct + hits
+        seen += y.shape[0]
+    return float(correct.asscalar()) / seen  # type: ignore[union-attr]
+
+
+def predict(
+    net: gluon.Block,
+    data: Iterable[Any],
+    ctx: mx.Context | None = None,
+    dtype: str | None = None,
+    *,
+    batch_statistics: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted classes and true labels of every image, as NumPy arrays.
+
+    Parameters
+    ----------
+    net, data, ctx, dtype, batch_statistics
+        As for :func:`evaluate`.
+
+    Returns
+    -------
+    predicted : numpy.ndarray
+        The class with the largest output for each image (int64).
+    labels : numpy.ndarray
+        The labels (int64), in the same order.
+
+    Raises
+    ------
+    ValueError
+        If ``data`` yields no batch, or float16 is asked for on a CPU.
+    """
+    predicted, labels = [], []
+    for out, y in _outputs(net, data, ctx, dtype, batch_statistics):
+        predicted.append(out.argmax(axis=1).asnumpy().astype(np.int64))
+        labels.append(y.asnumpy().astype(np.int64))
+    return np.concatenate(predicted), np.concatenate(labels)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1521,3 +1647,201 @@ class LossScaledTrainerStep:
                 )
             self.trainer.step(batch_size * scale)
         return float(losses.mean().asscalar()), took
+
+
+# ---------------------------------------------------------------------------------------------
+# Which optimizers support multi_precision? Try every registered one.
+
+
+@dataclass
+class OptimizerTrial:
+    """What one optimizer did to a float16 weight in :func:`try_multi_precision`.
+
+    Attributes
+    ----------
+    optimizer : str
+        Its registered name.
+    multi_precision : bool
+        Whether it was created with ``multi_precision=True``.
+    error : str
+        The error it raised, shortened (empty when it ran).
+    weight_moved : bool or None
+        Whether any entry of the float16 weight left 1.0 (``None`` after an error).
+    weight_after : float or None
+        The first entry of the float16 weight after the updates.
+    master : bool or None
+        Whether its state holds a float32 array of the weight's shape that rounds to the
+        float16 weight: the master copy.
+    master_moved : bool or None
+        Whether that master copy left 1.0.
+    own_code : bool
+        Whether the class overrides ``update_multi_precision`` (fused multi-precision kernels)
+        rather than inheriting the base class's generic version.
+    warnings : dict of str to int
+        Each warning raised during the updates (``"Category: message"``) and how often.
+    """
+
+    optimizer: str
+    multi_precision: bool
+    error: str = ""
+    weight_moved: bool | None = None
+    weight_after: float | None = None
+    master: bool | None = None
+    master_moved: bool | None = None
+    own_code: bool = False
+    warnings: dict[str, int] = field(default_factory=dict)
+
+
+def _find_master(state: Any, weight: mx.nd.NDArray) -> mx.nd.NDArray | None:
+    """Find a float32 array in an optimizer state that rounds to the float16 weight (or None)."""
+    if isinstance(state, tuple | list):
+        for part in state:
+            found = _find_master(part, weight)
+            if found is not None:
+                return found
+        return None
+    if (
+        isinstance(state, mx.nd.NDArray)
+        and state.dtype == np.float32
+        and state.shape == weight.shape
+        and bool((state.astype("float16") == weight).min().asscalar())
+    ):
+        return state
+    return None
+
+
+def _short_error(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " ".join((lines[-1] if lines else "").split())
+    return f"{type(exc).__name__}: {text.rsplit(': ', 1)[-1]}"[:80]
+
+
+def try_multi_precision(
+    name: str,
+    multi_precision: bool = True,
+    *,
+    steps: int = 100,
+    learning_rate: float = 3e-5,
+    seed: int = 0,
+) -> OptimizerTrial:
+    """Update a float16 weight of ones with a gradient of ones, ``steps`` times.
+
+    The optimizer is created with ``mx.optimizer.create(name, learning_rate=...,
+    multi_precision=...)`` and applied through ``mx.optimizer.get_updater`` on a CPU to a
+    2x4 float16 weight (2-D, because GroupAdaGrad takes only matrices). A step of about the
+    learning rate is far below half the float16 spacing just below 1.0 (``2**-12``) for the
+    default learning rate, so an optimizer that updates the float16 weight directly leaves it
+    at 1.0, while a float32 master copy accumulates the steps. Every exception the
+    optimizer raises is recorded as the result, not raised; every warning is counted.
+
+    Parameters
+    ----------
+    name : str
+        A name registered in ``mx.optimizer.Optimizer.opt_registry``.
+    multi_precision : bool, default True
+        Create the optimizer with ``multi_precision``.
+    steps : int, default 100
+        Number of updates (at least 1).
+    learning_rate : float, default 3e-5
+        The optimizer's learning rate.
+    seed : int, default 0
+        Seed of MXNet's generator (SGLD adds random noise).
+
+    Returns
+    -------
+    OptimizerTrial
+        What happened.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a registered optimizer or ``steps`` is not a positive int.
+    """
+    registry = mx.optimizer.Optimizer.opt_registry
+    if name not in registry:
+        raise ValueError(f"unknown optimizer {name!r}; registered: {', '.join(sorted(registry))}")
+    steps = _positive_int("steps", steps)
+    cls = registry[name]
+    trial = OptimizerTrial(
+        optimizer=name,
+        multi_precision=bool(multi_precision),
+        own_code=cls.update_multi_precision is not mx.optimizer.Optimizer.update_multi_precision,
+    )
+    mx.random.seed(seed)
+    weight = mx.nd.ones((2, 4), ctx=mx.cpu(), dtype="float16")
+    grad = mx.nd.ones((2, 4), ctx=mx.cpu(), dtype="float16")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            optimizer = mx.optimizer.create(
+                name, learning_rate=learning_rate, multi_precision=bool(multi_precision)
+            )
+            updater = mx.optimizer.get_updater(optimizer)
+            for _ in range(steps):
+                updater(0, grad, weight)
+            mx.nd.waitall()
+        except Exception as exc:  # noqa: BLE001 - any failure is a result of the survey
+            trial.error = _short_error(exc)
+        else:
+            master = _find_master(updater.states[0], weight)
+            trial.weight_moved = bool((weight != 1).max().asscalar())
+            trial.weight_after = float(weight[0, 0].asscalar())
+            trial.master = master is not None
+            if master is not None:
+                trial.master_moved = bool((master != 1).max().asscalar())
+    for w in caught:
+        text = f"{w.category.__name__}: {w.message}"
+        trial.warnings[text] = trial.warnings.get(text, 0) + 1
+    return trial
+
+
+def multi_precision_survey(
+    names: Iterable[str] | None = None,
+    *,
+    steps: int = 100,
+    learning_rate: float = 3e-5,
+) -> tuple[Table, list[tuple[OptimizerTrial, OptimizerTrial]]]:
+    """Try every registered optimizer on a float16 weight with and without ``multi_precision``.
+
+    Parameters
+    ----------
+    names : iterable of str, optional
+        Optimizer names; default every name in ``mx.optimizer.Optimizer.opt_registry``, sorted.
+    steps, learning_rate
+        As for :func:`try_multi_precision`.
+
+    Returns
+    -------
+    table : Table
+        One row per optimizer: ``optimizer``; ``code`` (``own`` fused multi-precision kernels
+        or the base class's ``generic`` wrapper); ``fp32 master`` (``moved``, ``unchanged``,
+        ``none`` or the error) and ``fp16 weight after`` with ``multi_precision=True``;
+        ``warnings`` (how many were raised with it); ``without multi_precision`` (whether the
+        float16 weight ``moved``, stayed ``unchanged``, or the error).
+    trials : list of (OptimizerTrial, OptimizerTrial)
+        The trials with and without ``multi_precision``, in the table's order.
+    """
+    chosen = sorted(mx.optimizer.Optimizer.opt_registry) if names is None else list(names)
+    rows, trials = [], []
+    for name in chosen:
+        with_mp = try_multi_precision(name, True, steps=steps, learning_rate=learning_rate)
+        without = try_multi_precision(name, False, steps=steps, learning_rate=learning_rate)
+        trials.append((with_mp, without))
+        if with_mp.error:
+            master = with_mp.error
+        elif not with_mp.master:
+            master = "none"
+        else:
+            master = "moved" if with_mp.master_moved else "unchanged"
+        rows.append(
+            {
+                "optimizer": name,
+                "code": "own" if with_mp.own_code else "generic",
+                "fp32 master": master,
+                "fp16 weight after": with_mp.weight_after,
+                "warnings": sum(with_mp.warnings.values()),
+                "without multi_precision": without.error
+                or ("moved" if without.weight_moved else "unchanged"),
+            }
+        )
+    return Table(rows, float_format=".5g"), trials

@@ -19,8 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mptutor import data
-from mptutor import mxnet as mmx
+pytest.importorskip(
+    "mxnet",
+    reason="MXNet is not installed: these tests run in the MXNet environment "
+    "(requirements-mxnet.txt, NumPy 1.23)",
+)
+
+from mptutor import data  # noqa: E402
+from mptutor import mxnet as mmx  # noqa: E402
 
 # MXNet's own modules come through mptutor.mxnet, which imports them with MXNet's import-time
 # DeprecationWarnings (about MXNet's code, with the NumPy 1.23 it needs) silenced.
@@ -108,6 +114,28 @@ def test_default_context_is_the_cpu_here(monkeypatch):
         assert mmx.default_context() == CPU
     monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
     assert mmx.default_context() == CPU
+
+
+def test_default_context_follows_mptutor_device(monkeypatch):
+    monkeypatch.setenv("MPTUTOR_DEVICE", "sometimes")
+    with pytest.raises(ValueError, match="MPTUTOR_DEVICE must be 'cpu' or 'cuda'"):
+        mmx.default_context()
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cuda")
+    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 0)
+    with pytest.raises(RuntimeError, match="sees none: install a CUDA build"):
+        mmx.default_context()
+
+
+def test_pick_asks_mxnet(monkeypatch):
+    assert mmx.pick(cpu=1, gpu=2, ctx=CPU) == 1
+    assert mmx.pick(cpu=1, gpu=2, ctx=mx.gpu(0)) == 2  # a Context, no GPU needed
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert mmx.pick(cpu="small", gpu="full") == "small"
+    monkeypatch.delenv("MPTUTOR_DEVICE")
+    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 1)
+    assert mmx.pick(cpu="small", gpu="full") == "full"
+    with pytest.raises(TypeError, match="mx.cpu"):
+        mmx.pick(1, 2, ctx="gpu")
 
 
 def test_check_dtype():
@@ -283,6 +311,57 @@ def test_train_and_evaluate(loaders):
     assert rerun.column("test_accuracy") == history.column("test_accuracy")
 
 
+def test_train_continues_a_history(loaders):
+    """One epoch, then one more through history=, equals two epochs in one call."""
+    _seed()
+    whole = mmx.train(_tiny_net(), loaders.train, loaders.test, 2, progress=False)
+    net = _tiny_net()
+    _seed()
+    history = mmx.train(net, loaders.train, loaders.test, 1, progress=False)
+    trainer = history.trainer
+    again = mmx.train(net, loaders.train, loaders.test, 1, progress=False, history=history)
+    assert again is history and history.trainer is trainer
+    assert history.column("epoch") == [1, 2]
+    assert history.column("loss") == whole.column("loss")
+    assert history.column("test_accuracy") == whole.column("test_accuracy")
+    with pytest.raises(ValueError, match="either trainer or history"):
+        mmx.train(
+            net, loaders.train, loaders.test, 1, progress=False, history=history, trainer=trainer
+        )
+    with pytest.raises(ValueError, match="continue a run with the dtype"):
+        mmx.train(
+            net,
+            loaders.train,
+            loaders.test,
+            1,
+            progress=False,
+            history=mmx.History("bfloat16", True, "cpu(0)"),
+        )
+
+
+def test_predict_and_batch_statistics(loaders):
+    net = _tiny_net()
+    mmx.train(net, loaders.train, loaders.test, 1, progress=False)
+    predicted, labels = mmx.predict(net, loaders.test)
+    assert predicted.dtype == labels.dtype == np.int64
+    assert labels.tolist() == [0] * 8 + [1] * 8 + [2] * 8
+    assert np.mean(predicted == labels) == mmx.evaluate(net, loaders.test)
+
+    running = [net.bn.running_mean.data().asnumpy(), net.bn.running_var.data().asnumpy()]
+    by_batch, _ = mmx.predict(net, loaders.test, batch_statistics=True)
+    assert np.mean(by_batch == labels) == mmx.evaluate(net, loaders.test, batch_statistics=True)
+    # the batch statistics are used, not stored: the running averages are untouched
+    assert np.array_equal(net.bn.running_mean.data().asnumpy(), running[0])
+    assert np.array_equal(net.bn.running_var.data().asnumpy(), running[1])
+    # and they are really used: the outputs differ from those with the running averages
+    x, _ = next(iter(loaders.test))
+    with autograd.train_mode():
+        train_mode_out = net(x).asnumpy()
+    assert not np.allclose(train_mode_out, net(x).asnumpy())
+    with pytest.raises(ValueError, match="yielded no batches"):
+        mmx.predict(net, [])
+
+
 def test_train_updates_the_input_batchnorm_statistics(loaders):
     net = _tiny_net()
     mmx.train(net, loaders.train, loaders.test, epochs=1, progress=False)
@@ -397,6 +476,38 @@ def test_master_copy_is_found_for_each_optimizer(optimizer, params):
     master = weights["w"].asnumpy()
     assert np.all(master < 1.0)  # moved, by less than a float16 step for most optimizers
     assert np.array_equal(block.w.data().asnumpy(), master.astype(np.float16))
+
+
+def test_try_multi_precision_on_sgd_and_adam():
+    sgd = mmx.try_multi_precision("sgd")
+    assert sgd.error == "" and sgd.own_code and sgd.master and sgd.master_moved
+    # 100 steps of 3e-5 in float32 end near 0.997; the float16 copy is its rounding
+    assert sgd.weight_moved and sgd.weight_after == float(np.float16(1 - 100 * 3e-5))
+    plain = mmx.try_multi_precision("sgd", multi_precision=False)
+    assert not plain.weight_moved and plain.weight_after == 1.0 and plain.master is False
+    assert any("multi_precision=True" in w for w in plain.warnings)  # MXNet's own advice
+    adam = mmx.try_multi_precision("adam", steps=3)
+    assert not adam.own_code and adam.master_moved and not adam.weight_moved
+    failing = mmx.try_multi_precision("adagrad", multi_precision=False)
+    assert failing.error.startswith("MXNetError: expected float32, got float16")
+    assert failing.weight_moved is None and failing.master is None
+    with pytest.raises(ValueError, match="unknown optimizer 'sgdd'; registered: adadelta"):
+        mmx.try_multi_precision("sgdd")
+    with pytest.raises(ValueError, match="steps=0"):
+        mmx.try_multi_precision("sgd", steps=0)
+
+
+def test_multi_precision_survey_table():
+    table, trials = mmx.multi_precision_survey(["sgd", "adagrad", "lars"], steps=10)
+    assert table.column("optimizer") == ["sgd", "adagrad", "lars"]
+    assert table.column("code") == ["own", "generic", "own"]
+    assert table.column("fp32 master") == ["moved"] * 3
+    assert table.column("without multi_precision")[0] == "unchanged"
+    assert table.column("without multi_precision")[1].startswith("MXNetError")
+    assert [a.optimizer for a, _ in trials] == ["sgd", "adagrad", "lars"]
+    assert all(a.multi_precision and not b.multi_precision for a, b in trials)
+    full, _ = mmx.multi_precision_survey(steps=1)
+    assert full.column("optimizer") == sorted(mx.optimizer.Optimizer.opt_registry)
 
 
 # --------------------------------------------------------------------------------------------
