@@ -1,10 +1,13 @@
-"""Step time of the Keras CNN from the "first look at mixed precision" experiment, FP32 vs FP16.
+"""Step time of the Keras CNN from the "first experiments with mixed precision" post, FP32 vs FP16.
 
-Two models, both built with Keras 3 (notebook 08 builds the same ones and explains them):
+Two models, both built with Keras 3 (``notebooks/keras/02-keras-cnn-experiment.ipynb`` builds
+the same ones and explains them):
 
-- ``blog``: the experiment's CNN. Conv2D 64 filters 7x7 stride 2 on 3 input channels,
-  BatchNorm, ReLU, Conv2D 128 filters 11x11 stride 2, BatchNorm, ReLU, global average pooling,
-  Dense 10, softmax in float32. It takes float32 images scaled to [0, 1].
+- ``blog``: the post's CNN, layer for layer as its code has it. Three strided convolutions, each
+  with its ReLU and followed by BatchNorm: Conv2D 32 filters 5x5 stride 2 on the 3 input
+  channels, Conv2D 64 filters 7x7 stride 2, Conv2D 128 filters 11x11 stride 2 (``same``
+  padding, ``activation="relu"``), then global average pooling, Dense 10 and a softmax in
+  float32. It takes float32 images scaled to [0, 1]; the post used 256x256.
 - ``changed``: the same computation arranged for Tensor Cores. It takes uint8 images (a quarter
   of the bytes to feed), scales them on the device, and pads them with zero channels from 3 to 8
   so that the first convolution meets the Tensor Core channel rule.
@@ -13,42 +16,50 @@ For each model, precision variant, input feed and batch size it times ``model.tr
 (warm-up calls first, then the median of ``--steps`` timed steps through
 :func:`mptutor.bench.time_fn`). The variants:
 
-- ``float32``: the ``float32`` policy with TF32 switched off where the backend allows it (strict
-  FP32, what a V100 does);
-- ``float32-tf32``: the ``float32`` policy with TF32 allowed (the default of PyTorch's cuDNN
-  convolutions and of JAX on Ampere and later GPUs); measured on CUDA devices only;
+- ``float32``: the ``float32`` policy with TF32 switched off (strict FP32, what a V100 does):
+  ``tf.config.experimental.enable_tensor_float_32_execution(False)`` on TensorFlow,
+  ``fp32_precision = "ieee"`` (or ``allow_tf32 = False``) for cuDNN and cuBLAS on PyTorch,
+  ``jax_default_matmul_precision = "float32"`` on JAX. The record lists what was set;
+- ``float32-tf32``: the ``float32`` policy with TF32 allowed (the default of TensorFlow, of
+  PyTorch's cuDNN convolutions and of JAX on Ampere and later GPUs); measured on CUDA devices
+  only;
 - ``mixed_float16``: the ``mixed_float16`` policy (Keras wraps the optimizer in a
-  ``LossScaleOptimizer``).
+  ``LossScaleOptimizer``), with TF32 off for what stays in float32.
 
 The feeds: ``host`` passes NumPy arrays to every step (what an input pipeline hands over: a
 conversion and, on a GPU, a host-to-device copy per step); ``device`` converts the batch to a
 backend tensor once, so the step does no copy.
 
 It also times every layer's forward pass (and forward plus backward on the TensorFlow and
-PyTorch backends) at one batch size, and on a CUDA device with the PyTorch backend lists the GPU
-kernels of one training step with :func:`mptutor.torch.tensor_core_kernels` (which of them ran
-on Tensor Cores, and how long each took).
+PyTorch backends) at one batch size, waiting for the device after every call (see
+:func:`block`), and on a CUDA device with the PyTorch backend lists the GPU kernels of one
+training step with :func:`mptutor.torch.tensor_core_kernels` (which of them ran on Tensor
+Cores, and how long each took). Each model's record carries its FLOPs per image, forward and for
+a training step (:func:`training_flops`), so that recorded step times can be turned into
+achieved FLOP/s.
 
 It runs on whatever Keras backend is active (``KERAS_BACKEND``): ``tensorflow``, ``torch`` or
-``jax``, and records which one measured what.
+``jax``, and records which one measured what. Nothing here imports TensorFlow unless it is the
+backend, so a GPU host with PyTorch and Keras but no TensorFlow runs it as it is.
 
 Usage::
 
-    # a CPU (TensorFlow backend): a smoke test at a tiny size, about ten seconds
-    python benchmarks/keras_cnn_experiment.py --batch-sizes 8 --image-size 8 --steps 2 --warmup 1
+    # any machine: a smoke test at a tiny size (seconds), nothing measured
+    python benchmarks/keras_cnn_experiment.py --smoke
+    KERAS_BACKEND=torch python benchmarks/keras_cnn_experiment.py --smoke
 
     # a GPU machine without TensorFlow: Keras on the PyTorch backend, full size, saved
     KERAS_BACKEND=torch PYTHONPATH=. python benchmarks/keras_cnn_experiment.py \
         --backend-note "H100, Keras on torch" --save
 
-On a CPU the ``mixed_float16`` steps are the slow part: TensorFlow's CPU kernels for the
-gradients of a float16 convolution are hundreds of times slower than the float32 ones, so
-``--image-size 32`` already takes well over a minute there. Sizes default to full size on a
-GPU (256x256 images, batch sizes 32 to 512) and to 16x16 images and batch sizes 32 and 64 on a
-CPU.
+On a CPU the ``mixed_float16`` steps can be the slow part: CPUs without fast float16 arithmetic
+run the float16 convolutions and their gradients through slow kernels. Sizes default to full
+size on a GPU (256x256 images, batch sizes 32 to 512) and to 16x16 images and batch sizes 32
+and 64 on a CPU; ``--smoke`` uses 8x8 images, one batch size of 4 and one timed step.
 
 With ``--save`` the record goes to ``data/results/keras_cnn_experiment-<backend>-<device>.json``
-(:func:`mptutor.bench.save_result`, with the machine, versions, date and command).
+(``keras_cnn_experiment-smoke-<backend>-<device>.json`` for ``--smoke``), written by
+:func:`mptutor.bench.save_result` with the machine, versions, date and command.
 """
 
 from __future__ import annotations
@@ -77,6 +88,11 @@ VARIANTS = {  # name: (Keras dtype policy, TF32 allowed)
 }
 FEEDS = ("host", "device")
 CLASSES = 10
+#: The post's convolutions, in order: (filters, kernel size); each has stride 2, "same" padding
+#: and a ReLU, and is followed by BatchNorm.
+CONVOLUTIONS = ((32, 5), (64, 7), (128, 11))
+#: Sizes of ``--smoke``: a run that checks the code path and measures nothing.
+SMOKE = {"image_size": 8, "batch_sizes": [4], "steps": 1, "warmup": 1}
 
 
 # --- the models ---------------------------------------------------------------------------------
@@ -117,12 +133,11 @@ def build_model(kind: str, image_size: int, policy: str = "float32") -> keras.Mo
             images = keras.Input((image_size, image_size, 3), dtype="uint8", name="images")
             h = keras.layers.Rescaling(1 / 255, name="rescale")(images)
             h = PadChannels(8, name="pad_to_8")(h)
-        h = keras.layers.Conv2D(64, 7, strides=2, padding="same", name="conv1")(h)
-        h = keras.layers.BatchNormalization(name="bn1")(h)
-        h = keras.layers.ReLU(name="relu1")(h)
-        h = keras.layers.Conv2D(128, 11, strides=2, padding="same", name="conv2")(h)
-        h = keras.layers.BatchNormalization(name="bn2")(h)
-        h = keras.layers.ReLU(name="relu2")(h)
+        for i, (filters, kernel) in enumerate(CONVOLUTIONS, start=1):  # conv + ReLU, then BN
+            h = keras.layers.Conv2D(
+                filters, kernel, strides=2, padding="same", activation="relu", name=f"conv{i}"
+            )(h)
+            h = keras.layers.BatchNormalization(name=f"bn{i}")(h)
         h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
         h = keras.layers.Dense(CLASSES, name="dense")(h)
         probs = keras.layers.Activation("softmax", dtype="float32", name="softmax")(h)
@@ -152,6 +167,21 @@ def layer_flops(layer: keras.layers.Layer, batch_size: int) -> int:
     if isinstance(layer, keras.layers.Dense):
         return 2 * batch_size * layer.input.shape[-1] * layer.units
     return 0
+
+
+def training_flops(model: keras.Model, batch_size: int) -> int:
+    """FLOPs of the Conv2D and Dense layers in one training step (forward and backward).
+
+    The backward pass of such a layer computes the gradient of its weights (as many FLOPs as
+    its forward pass) and, unless no trainable layer comes before it, the gradient of its input
+    (as many again). So the first convolution costs 2 forward passes, every later one 3.
+    """
+    total, after_trainable = 0, False
+    for layer in model.layers:
+        forward = layer_flops(layer, batch_size)
+        total += forward * (3 if after_trainable else 2)
+        after_trainable = after_trainable or bool(layer.trainable_weights)
+    return total
 
 
 # --- the backend --------------------------------------------------------------------------------
@@ -218,7 +248,10 @@ def set_tf32(name: str, allowed: bool) -> dict[str, Any]:
 
 
 def block(value: Any) -> Any:
-    """Wait until the backend has computed ``value`` (its work may be queued on a device)."""
+    """Wait until the backend has computed ``value`` (its work may be queued on a device).
+
+    Without this, a timed call on a GPU measures only how long it takes to queue the kernels.
+    """
     name = keras.backend.backend()
     if name == "jax":
         import jax
@@ -231,9 +264,9 @@ def block(value: Any) -> Any:
             torch.cuda.synchronize()
         return value
     if name == "tensorflow":
-        for leaf in keras.tree.flatten(value):
-            if hasattr(leaf, "numpy"):
-                leaf.numpy()
+        import tensorflow as tf
+
+        tf.test.experimental.sync_devices()  # waits for the GPU's queue; no copy to the host
     return value
 
 
@@ -297,7 +330,7 @@ def time_steps(
 
 
 def profile_layers(
-    model: keras.Model, x: np.ndarray, repeats: int, timing_device: str
+    model: keras.Model, x: np.ndarray, repeats: int, timing_device: str, warmup: int = 2
 ) -> list[dict[str, Any]]:
     """Time each layer's forward (and forward+backward) pass on the previous layer's output."""
     rows = []
@@ -309,11 +342,11 @@ def profile_layers(
         def forward(layer=layer, current=current):
             return block(layer(current, training=True))
 
-        fwd = bench.time_fn(forward, repeats=repeats, warmup=2, device=timing_device)
+        fwd = bench.time_fn(forward, repeats=repeats, warmup=warmup, device=timing_device)
         fb = forward_backward_fn(layer, current, input_grad=trainable_before)
         both = None
         if fb is not None:
-            both = bench.time_fn(fb, repeats=repeats, warmup=2, device=timing_device).median
+            both = bench.time_fn(fb, repeats=repeats, warmup=warmup, device=timing_device).median
         rows.append(
             {
                 "layer": layer.name,
@@ -381,6 +414,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     report = hardware.report()
     data: dict[str, Any] = {
         "experiment": "keras_cnn_experiment",
+        "smoke": args.smoke,
         "backend": backend,
         "backend_version": backend_version(backend),
         "keras_version": keras.__version__,
@@ -403,7 +437,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         data["models"][kind] = {
             "parameters": int(model.count_params()),
             "input_dtype": model.inputs[0].dtype,
+            "layers": [f"{layer.name}:{type(layer).__name__}" for layer in model.layers],
             "flops_per_image_forward": sum(layer_flops(layer, 1) for layer in model.layers),
+            "flops_per_image_training": training_flops(model, 1),
         }
         del model
     for variant in variants:
@@ -438,7 +474,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     print(_progress(row), flush=True)
                 if args.profile and size == args.profile_batch:
                     try:
-                        for layer_row in profile_layers(model, x_host, args.steps, timing_device):
+                        layer_rows = profile_layers(
+                            model, x_host, args.steps, timing_device, max(1, args.warmup)
+                        )
+                        for layer_row in layer_rows:
                             data["layers"].append(
                                 {"model": kind, "variant": variant, "batch": size, **layer_row}
                             )
@@ -540,7 +579,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="timed training steps per configuration (default: 20 GPU, 3 CPU)",
     )
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run that checks the code path and measures nothing: 8x8 images, "
+        "batch size 4, one timed step (other size options are then ignored)",
+    )
     parser.add_argument("--models", type=_names(MODELS), default=list(MODELS))
     parser.add_argument(
         "--variants",
@@ -577,6 +622,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     gpu = device_kind(keras.backend.backend()) != "cpu"
+    if args.smoke:
+        for key, value in SMOKE.items():
+            setattr(args, key, value)
+        args.profile_batch = None
+    if args.warmup is None:
+        args.warmup = 3
     if args.batch_sizes is None:
         args.batch_sizes = [32, 64, 128, 256, 512] if gpu else [32, 64]
     if args.image_size is None:
@@ -603,7 +654,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = measure(args)
     print(summary_table(data))
     if args.save:
-        name = f"keras_cnn_experiment-{backend}-{device_slug(hardware.report(), data['device'])}"
+        smoke = "-smoke" if args.smoke else ""
+        slug = device_slug(hardware.report(), data["device"])
+        name = f"keras_cnn_experiment{smoke}-{backend}-{slug}"
         path = bench.save_result(name, data, out_dir=args.out_dir)
         print(f"saved {path}")
     return 0

@@ -1,34 +1,141 @@
-"""TensorFlow / Keras 3 helpers: a loss-scaled GradientTape step and gradient statistics.
+"""TensorFlow / Keras 3 helpers: device choice, a loss-scaled GradientTape step, gradient stats.
 
 Use it the d2l way (this module imports TensorFlow and Keras)::
 
     from mptutor import tensorflow as mtf
 
-Importing it sets ``TF_CPP_MIN_LOG_LEVEL=3`` (unless you set it yourself) before TensorFlow is
-imported, so notebooks do not fill with C++ start-up logs. For everyday training prefer Keras's
-own ``mixed_float16`` policy with ``keras.optimizers.LossScaleOptimizer`` (notebook 6); this
-module drives the same state machine as :mod:`mptutor.scaling` so that the three frameworks
-can be compared step for step.
+Import it before TensorFlow itself, so that TensorFlow's start-up messages stay out of notebook
+outputs: it sets ``TF_CPP_MIN_LOG_LEVEL=3`` (unless you set it yourself), which hides the C++
+logs, and it imports TensorFlow and Keras with the process's standard error captured, dropping
+only the notice that TensorFlow prints there on x86-64 at import ("oneDNN custom operations are
+on ...", with its logging preamble). Anything else printed during the import is passed on.
+TensorFlow's kernels are left as they are (oneDNN stays on).
+
+For everyday training prefer Keras's own ``mixed_float16`` policy with
+``keras.optimizers.LossScaleOptimizer`` (the Keras track's first notebook); :class:`LossScaledStep`
+drives the same state machine as :mod:`mptutor.scaling`, so that it can be compared step for step
+with Keras and with the other frameworks.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeVar
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+#: Parts of the lines that TensorFlow prints on standard error at import, which are dropped.
+IMPORT_NOTICES = (
+    "All log messages before absl::InitializeLog() is called are written to STDERR",
+    "oneDNN custom operations are on",
+)
 
+
+def _import_quietly(*names: str) -> list[ModuleType]:
+    """Import modules; pass on what they print on stderr, except the lines of IMPORT_NOTICES."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            return [importlib.import_module(name) for name in names]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            kept = [line for line in lines if not any(n in line for n in IMPORT_NOTICES)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+keras, tf = _import_quietly("keras", "tensorflow")
+
+from mptutor import hardware  # noqa: E402
 from mptutor.checks import optional_positive  # noqa: E402
 from mptutor.gradients import GradientStats, gradient_stats  # noqa: E402
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
 
-__all__ = ["LossScaledStep", "gradients_stats", "tf", "keras"]
+__all__ = [
+    "LossScaledStep",
+    "device",
+    "gpu_available",
+    "gradients_stats",
+    "pick",
+    "tf",
+    "keras",
+]
 
 LossScaler = DynamicLossScaler | StaticLossScaler
+T = TypeVar("T")
+
+
+def gpu_available() -> bool:
+    """Whether notebooks take their GPU path with TensorFlow here.
+
+    Returns
+    -------
+    bool
+        ``True`` when :func:`mptutor.hardware.has_gpu` says so (a CUDA GPU is present and
+        ``MPTUTOR_DEVICE=cpu`` is not set) *and* TensorFlow can compute on a GPU. A machine
+        with a GPU but a CPU-only TensorFlow build takes the CPU path.
+    """
+    return hardware.has_gpu() and bool(tf.config.list_physical_devices("GPU"))
+
+
+def pick(cpu: T, gpu: T) -> T:
+    """Choose a size for a TensorFlow computation: ``gpu`` on the GPU path, else ``cpu``.
+
+    Like :func:`mptutor.hardware.pick`, but the GPU value is chosen only when TensorFlow itself
+    can use the GPU (:func:`gpu_available`), so a CPU-only TensorFlow never gets full sizes.
+
+    Parameters
+    ----------
+    cpu, gpu : object
+        The values for the two paths.
+
+    Returns
+    -------
+    object
+        ``gpu`` or ``cpu``.
+    """
+    return gpu if gpu_available() else cpu
+
+
+def device() -> str:
+    """Return the TensorFlow device of the notebook path; hide GPUs on the CPU path.
+
+    On the CPU path (no GPU, a CPU-only TensorFlow, or ``MPTUTOR_DEVICE=cpu``) every GPU is
+    hidden from TensorFlow, so that no operation lands on one by default. Call it once, before
+    TensorFlow has run anything: devices cannot be hidden afterwards.
+
+    Returns
+    -------
+    str
+        ``"/GPU:0"`` or ``"/CPU:0"``.
+
+    Raises
+    ------
+    RuntimeError
+        If GPUs have to be hidden but TensorFlow has already initialised them.
+    """
+    if gpu_available():
+        return "/GPU:0"
+    if tf.config.list_physical_devices("GPU") and tf.config.get_visible_devices("GPU"):
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError as err:
+            raise RuntimeError(
+                "TensorFlow has already initialised its GPUs, so they cannot be hidden for the "
+                "CPU path: call mptutor.tensorflow.device() before running anything"
+            ) from err
+    return "/CPU:0"
 
 
 def gradients_stats(grads: Sequence[tf.Tensor | None], fmt: Any = "fp16") -> GradientStats:

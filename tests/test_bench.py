@@ -61,21 +61,6 @@ def _run(*args):
     ).stdout
 
 
-def test_keras_cnn_experiment_smoke_run():
-    out = _run(
-        ROOT / "benchmarks" / "keras_cnn_experiment.py",
-        "--batch-sizes",
-        "8",
-        "--image-size",
-        "8",
-        "--steps",
-        "1",
-        "--warmup",
-        "1",
-    )
-    assert "mixed_float16" in out and "float32" in out
-
-
 # --- device sync without importing a framework ------------------------------------------------
 
 

@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
+
 from mptutor import tensorflow as mtf
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler
 
@@ -114,3 +116,69 @@ def test_bad_arguments():
     empty = keras.Sequential([keras.Input((6,)), keras.layers.Lambda(lambda t: t)])
     with pytest.raises(ValueError, match="no trainable variables"):
         mtf.LossScaledStep(empty, keras.optimizers.SGD(0.1), LOSS)(*_batch(0))
+
+
+# --- device choice and the quiet import --------------------------------------------------------
+
+
+def test_this_cpu_machine_takes_the_cpu_path(monkeypatch):
+    monkeypatch.setattr(mtf.hardware, "has_gpu", lambda: False)
+    assert not mtf.gpu_available()
+    assert mtf.pick(cpu=16, gpu=256) == 16
+    assert mtf.device() == "/CPU:0"
+
+
+def _fake_tensorflow_gpu(monkeypatch, has_gpu, tf_sees_gpu, visible=True, hide_error=None):
+    hidden = []
+    gpu = ["/physical_device:GPU:0"] if tf_sees_gpu else []
+
+    def set_visible_devices(devices, kind):
+        if hide_error is not None:
+            raise hide_error
+        hidden.append((devices, kind))
+
+    monkeypatch.setattr(mtf.hardware, "has_gpu", lambda: has_gpu)
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpu)
+    monkeypatch.setattr(tf.config, "get_visible_devices", lambda kind=None: gpu if visible else [])
+    monkeypatch.setattr(tf.config, "set_visible_devices", set_visible_devices)
+    return hidden
+
+
+def test_gpu_path_needs_a_gpu_that_tensorflow_can_use(monkeypatch):
+    hidden = _fake_tensorflow_gpu(monkeypatch, has_gpu=True, tf_sees_gpu=True)
+    assert mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 256
+    assert mtf.device() == "/GPU:0" and not hidden
+    _fake_tensorflow_gpu(monkeypatch, has_gpu=True, tf_sees_gpu=False)  # a CPU-only TensorFlow
+    assert not mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 16
+    assert mtf.device() == "/CPU:0"
+
+
+def test_cpu_path_hides_the_gpus_from_tensorflow(monkeypatch):
+    hidden = _fake_tensorflow_gpu(monkeypatch, has_gpu=False, tf_sees_gpu=True)  # MPTUTOR_DEVICE
+    assert mtf.device() == "/CPU:0" and hidden == [([], "GPU")]
+    hidden = _fake_tensorflow_gpu(monkeypatch, has_gpu=False, tf_sees_gpu=True, visible=False)
+    assert mtf.device() == "/CPU:0" and not hidden  # already hidden: nothing to do
+    _fake_tensorflow_gpu(
+        monkeypatch, has_gpu=False, tf_sees_gpu=True, hide_error=RuntimeError("initialized")
+    )
+    with pytest.raises(RuntimeError, match="before running anything"):
+        mtf.device()
+
+
+def test_quiet_import_drops_only_the_tensorflow_notices(tmp_path, monkeypatch, capfd):
+    module = tmp_path / "noisy_module_for_mptutor_test.py"
+    module.write_text(
+        "import os\n"
+        "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called are"
+        " written to STDERR\\n')\n"
+        "os.write(2, b'I0000 port.cc:153] oneDNN custom operations are on. You may see ...\\n')\n"
+        "os.write(2, b'something else went wrong\\n')\n"
+        "VALUE = 42\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (imported,) = mtf._import_quietly("noisy_module_for_mptutor_test")
+    assert imported.VALUE == 42
+    err = capfd.readouterr().err
+    assert err == "something else went wrong\n"
+    with pytest.raises(ModuleNotFoundError):
+        mtf._import_quietly("no_such_module_for_mptutor_test")
