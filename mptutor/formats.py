@@ -38,6 +38,7 @@ __all__ = [
     "round_to",
     "update_survives",
     "lost_update_ratio",
+    "always_lost_update_ratio",
     "representable_values",
     "table",
     "dtype_name",
@@ -102,11 +103,20 @@ class Format:
 
     @property
     def lost_update_ratio(self) -> float:
-        """Largest ``update / weight`` ratio that is always rounded away when added to a weight.
+        """Largest ``|update / weight|`` that *can* be rounded away: ``2**-(mantissa_bits + 1)``.
 
-        An update ``dw`` added to a weight ``w`` that is a power of two is lost when
-        ``|dw / w| <= 2**-(mantissa_bits + 1)``: half the spacing at ``w``. For fp16 that is
-        ``2**-11``. (For weights between powers of two the threshold is up to 2x smaller.)
+        Adding ``dw`` to a weight ``w`` leaves ``w`` unchanged when ``dw`` is at most half the
+        spacing between ``w`` and its neighbour on that side. Relative to ``w`` that half spacing
+        depends on where ``w`` sits between two powers of two, ``2**e <= |w| < 2**(e+1)``: it is
+        ``2**-(mantissa_bits + 1)`` at ``|w| = 2**e`` and shrinks towards
+        ``2**-(mantissa_bits + 2)`` just below ``2**(e+1)``. So, for a normal weight and an update
+        that is itself a value of the format (fp16: ``2**-11`` and ``2**-12``):
+
+        - ``|dw / w| <= 2**-(mantissa_bits + 2)`` (:attr:`always_lost_update_ratio`): the update
+          is always lost;
+        - ``2**-(mantissa_bits + 2) < |dw / w| <= 2**-(mantissa_bits + 1)``: it can be lost, and
+          is for weights just above a power of two, kept for weights just below the next one;
+        - ``|dw / w| > 2**-(mantissa_bits + 1)``: it always changes the weight.
 
         Returns
         -------
@@ -114,6 +124,20 @@ class Format:
             ``eps / 2``.
         """
         return self.eps / 2
+
+    @property
+    def always_lost_update_ratio(self) -> float:
+        """Largest ``|update / weight|`` that is always rounded away: ``2**-(mantissa_bits + 2)``.
+
+        See :attr:`lost_update_ratio` for the rule; for fp16 this is ``2**-12``. It also holds for
+        subnormal weights.
+
+        Returns
+        -------
+        float
+            ``eps / 4``.
+        """
+        return self.eps / 4
 
     def __repr__(self) -> str:
         return (
@@ -333,7 +357,11 @@ def update_survives(weight: Any, update: Any, fmt: Any) -> np.ndarray | np.bool_
 
 
 def lost_update_ratio(fmt: Any) -> float:
-    """Largest ``|update / weight|`` that is lost when the weight is a power of two.
+    """Largest ``|update / weight|`` that can be lost: it is, when the weight is a power of two.
+
+    Updates up to this ratio are lost for some weights and kept for others; only those up to
+    :func:`always_lost_update_ratio` are lost for every weight. See
+    :attr:`Format.lost_update_ratio`.
 
     Parameters
     ----------
@@ -344,8 +372,40 @@ def lost_update_ratio(fmt: Any) -> float:
     -------
     float
         ``2**-(mantissa_bits + 1)``: ``2**-11`` for fp16, ``2**-8`` for bf16.
+
+    Examples
+    --------
+    >>> w = 1.0  # a power of two: an update of 2**-11 of it is a tie that rounds back to w
+    >>> bool(update_survives(w, w * lost_update_ratio("fp16"), "fp16"))
+    False
+    >>> w = 1.5  # halfway between powers of two: the same ratio moves it
+    >>> bool(update_survives(w, w * lost_update_ratio("fp16"), "fp16"))
+    True
     """
     return get(fmt).lost_update_ratio
+
+
+def always_lost_update_ratio(fmt: Any) -> float:
+    """Largest ``|update / weight|`` that is lost whatever the weight.
+
+    Parameters
+    ----------
+    fmt : str or dtype
+        The format, see :func:`get`.
+
+    Returns
+    -------
+    float
+        ``2**-(mantissa_bits + 2)``: ``2**-12`` for fp16, ``2**-9`` for bf16. An update that
+        is a value of the format and at most this share of the weight never changes it.
+
+    Examples
+    --------
+    >>> w = 2.0 - 2.0**-9  # just below a power of two, where the relative spacing is smallest
+    >>> bool(update_survives(w, w * always_lost_update_ratio("fp16"), "fp16"))
+    False
+    """
+    return get(fmt).always_lost_update_ratio
 
 
 def representable_values(low: float, high: float, fmt: Any, limit: int = 100_000) -> np.ndarray:
@@ -391,7 +451,8 @@ def representable_values(low: float, high: float, fmt: Any, limit: int = 100_000
     # 16 bits or fewer: enumerate every bit pattern of the format once.
     uint = np.dtype(f"uint{f.bits}")
     patterns = np.arange(2**f.bits, dtype=np.uint32).astype(uint)
-    every = patterns.view(f.dtype).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # the NaN bit patterns
+        every = patterns.view(f.dtype).astype(np.float64)
     every = every[np.isfinite(every)]
     chosen = np.unique(every[(every >= low) & (every <= high)])
     if chosen.size > limit:
@@ -411,7 +472,9 @@ def table(fmts: Any = None) -> Table:
     -------
     Table
         One row per format: bits, exponent and mantissa bits, largest value, smallest normal
-        and subnormal, machine epsilon, powers of two covered, lost-update ratio.
+        and subnormal, machine epsilon, powers of two covered, and the two update ratios of
+        :attr:`Format.lost_update_ratio`: at or below the first an update ``dw`` added to a
+        weight ``w`` is always lost, at or below the second it can be (depending on ``w``).
     """
     chosen = all_formats() if fmts is None else [get(f) for f in fmts]
     rows = [
@@ -425,7 +488,8 @@ def table(fmts: Any = None) -> Table:
             "min subnormal": f.smallest_subnormal,
             "eps": f.eps,
             "powers of 2": f.powers_of_two,
-            "lost if dw/w <=": f"2**{int(math.log2(f.lost_update_ratio))}",
+            "always lost if |dw/w| <=": f"2**{int(math.log2(f.always_lost_update_ratio))}",
+            "can be lost if |dw/w| <=": f"2**{int(math.log2(f.lost_update_ratio))}",
         }
         for f in chosen
     ]

@@ -26,10 +26,15 @@ __all__ = [
     "update_survival",
     "gradient_histogram",
     "loss_scale_trace",
+    "loss_curves",
 ]
 
 _NORMAL = "#1f77b4"
-_SUBNORMAL = "#9ecae1"
+_SUBNORMAL = "#fdae6b"
+#: Bands of a format's range behind a histogram: flushed to zero, subnormal, normal, overflow.
+_BANDS = ("#bdbdbd", "#fdd0a2", "#c7e9c0", "#fc9272")
+#: Line colours drawn over those bands, none of them a band colour.
+_LINES = ("#1f77b4", "#000000", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -54,33 +59,72 @@ def format_ranges(
         Formats to draw, top to bottom.
     xlim : tuple of float or None, optional
         Limits of the log2 axis; ``None`` fits every format (fp32 spans about 277 powers of 2,
-        which dwarfs fp16's 40).
+        which dwarfs fp16's 40). A bar that goes on beyond a limit ends in an arrow head at
+        the edge of the axes.
     ax : matplotlib.axes.Axes, optional
         Axes to draw into; a new figure otherwise.
 
     Returns
     -------
     matplotlib.figure.Figure
-        The figure.
+        The figure. The right-hand axis labels each row with its powers of 2 and its range,
+        ``2**(smallest subnormal exponent) .. 2**(largest exponent)``.
     """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     chosen = [formats.get(f) for f in fmts]
-    fig, ax = _axes(ax, (9, 0.7 * len(chosen) + 1.2))
-    for row, f in enumerate(chosen):
+    fig, ax = _axes(ax, (9, 0.7 * len(chosen) + 1.6))
+    lows = [f.min_exponent - f.mantissa_bits for f in chosen]
+    highs = [math.log2(f.max) for f in chosen]
+    left, right = (min(lows) - 2, max(highs) + 2) if xlim is None else xlim
+    clipped = False
+    for row, (f, lo, hi) in enumerate(zip(chosen, lows, highs, strict=True)):
         y = len(chosen) - 1 - row
-        lo = f.min_exponent - f.mantissa_bits
         normal = f.min_exponent
-        hi = math.log2(f.max)
         ax.barh(y, normal - lo, left=lo, color=_SUBNORMAL, height=0.6)
         ax.barh(y, hi - normal, left=normal, color=_NORMAL, height=0.6)
-        label_x = hi if xlim is None else min(hi, xlim[1])
-        ax.text(label_x + 0.5, y, f"{f.powers_of_two} powers of 2", va="center", fontsize=9)
+        for end, edge, marker in ((lo, left, "<"), (hi, right, ">")):
+            beyond = end < edge if marker == "<" else end > edge
+            if beyond:
+                clipped = True
+                ax.plot(
+                    edge,
+                    y,
+                    marker=marker,
+                    ms=11,
+                    color="black",
+                    mec="white",
+                    clip_on=False,
+                    zorder=3,
+                )
     ax.set_yticks(range(len(chosen)), [f.name for f in reversed(chosen)])
+    ax.set_ylim(-0.6, len(chosen) - 0.4)
+    ax.set_xlim(left, right)
+    side = ax.twinx()
+    side.set_ylim(ax.get_ylim())
+    side.set_yticks(
+        range(len(chosen)),
+        [
+            f"{f.powers_of_two} powers of 2 (2**{lo} .. 2**{f.max_exponent})"
+            for f, lo in zip(reversed(chosen), reversed(lows), strict=True)
+        ],
+    )
+    side.tick_params(axis="y", length=0, pad=9)
+    ax.tick_params(axis="y", pad=9)
     ax.set_xlabel("log2 |value|")
-    if xlim is not None:
-        ax.set_xlim(xlim[0], xlim[1] + 8)
     ax.axvline(0, color="grey", lw=0.8, ls=":")
-    ax.set_title("Representable range: subnormals (light) and normal values (dark)")
+    ax.set_title("Representable range of each format")
     ax.grid(axis="x", alpha=0.3)
+    handles = [
+        Patch(color=_NORMAL, label="normal values"),
+        Patch(color=_SUBNORMAL, label="subnormal values"),
+    ]
+    if clipped:
+        handles.append(
+            Line2D([], [], ls="", marker=">", ms=8, color="black", label="goes on beyond the axis")
+        )
+    ax.legend(handles=handles, loc="lower left", fontsize=8, framealpha=0.95)
     return fig
 
 
@@ -142,28 +186,37 @@ def update_survival(
     Returns
     -------
     matplotlib.figure.Figure
-        The figure, with each format's lost-update threshold ``2**-(mantissa_bits+1)`` marked.
+        The figure. For each format a band spans the ratios between
+        :func:`~mptutor.formats.always_lost_update_ratio` (``2**-(mantissa_bits+2)``, always
+        lost at or below) and :func:`~mptutor.formats.lost_update_ratio`
+        (``2**-(mantissa_bits+1)``, always kept above), labelled at the top.
     """
     fig, ax = _axes(ax, (8, 3.5))
     for i, (name, share) in enumerate(survived.items()):
-        color = f"C{i}"
-        ax.plot(ratios, share, label=name, color=color)
-        threshold = formats.lost_update_ratio(name)
-        ax.axvline(threshold, color=color, ls="--", lw=0.8)
-        ax.text(
-            threshold,
-            1.02,
-            f"2**{int(math.log2(threshold))}",
-            color=color,
-            ha="center",
-            fontsize=8,
-            transform=ax.get_xaxis_transform(),
-        )
+        color = _LINES[i % len(_LINES)]
+        always, can = formats.always_lost_update_ratio(name), formats.lost_update_ratio(name)
+        ax.axvspan(always, can, color=color, alpha=0.12, lw=0)
+        ax.plot(ratios, share, label=name, color=color, marker=".", ms=4)
+        for threshold in (always, can):
+            ax.text(
+                threshold,
+                1.02,
+                f"2**{int(math.log2(threshold))}",
+                color=color,
+                ha="center",
+                fontsize=8,
+                transform=ax.get_xaxis_transform(),
+            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("update / weight")
     ax.set_ylabel("share of weights changed")
     ax.set_ylim(-0.03, 1.03)
-    ax.legend(loc="lower right")
+    ax.legend(
+        loc="lower right",
+        title="shaded: lost or kept,\ndepending on the weight",
+        title_fontsize=8,
+        fontsize=8,
+    )
     ax.grid(alpha=0.3)
     return fig
 
@@ -204,27 +257,25 @@ def gradient_histogram(
     highs = [int(s.exponents.max()) for s in series.values() if s.exponents.size]
     left = min([tiny - 8, *lows]) - 1
     right = max([f.max_exponent + 2, *highs]) + 2
-    ax.axvspan(left, tiny - 1, color="#d62728", alpha=0.08, label=f"{f.name}: rounds to zero")
-    ax.axvspan(tiny - 1, f.min_exponent, color=_SUBNORMAL, alpha=0.3, label=f"{f.name}: subnormal")
-    ax.axvspan(
-        f.min_exponent, f.max_exponent + 1, color=_NORMAL, alpha=0.1, label=f"{f.name}: normal"
-    )
-    ax.axvspan(f.max_exponent + 1, right, color="#ff7f0e", alpha=0.1, label=f"{f.name}: overflow")
+    edges = (left, tiny - 1, f.min_exponent, f.max_exponent + 1, right)
+    names = ("rounds to zero", "subnormal", "normal", "overflows")
+    for lo, hi, color, name in zip(edges, edges[1:], _BANDS, names, strict=False):
+        ax.axvspan(lo, hi, color=color, alpha=0.6, lw=0, label=f"{f.name}: {name}")
     bins = np.arange(left, right + 1)
     for i, (label, s) in enumerate(series.items()):
         ax.hist(
             s.exponents,
             bins=bins,
             histtype="step",
-            lw=1.5,
-            color=f"C{i}",
+            lw=1.6,
+            color=_LINES[i % len(_LINES)],
             label=f"{label} ({100 * s.share('underflow'):.3g}% flushed to zero)",
         )
     ax.set_xlim(left, right)
     ax.set_yscale("log")
-    ax.set_xlabel("log2 |gradient|")
-    ax.set_ylabel("values")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_xlabel("log2 |gradient|  (a bar counts the values in [2**k, 2**(k+1)))")
+    ax.set_ylabel("number of values")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
 
 
@@ -266,4 +317,63 @@ def loss_scale_trace(
     ax.set_ylabel("loss scale")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return fig
+
+
+def loss_curves(
+    curves: Mapping[str, Sequence[float]],
+    window: int = 1,
+    ax: Axes | None = None,
+) -> Figure:
+    """Training loss per step of several runs on one axis, optionally as a running mean.
+
+    Parameters
+    ----------
+    curves : mapping of str to sequence of float
+        For each run's label, its loss at every step. Non-finite losses (a diverged run) are
+        left out of the line and counted in the legend.
+    window : int, optional
+        Average over this many steps (a trailing running mean) to calm batch-to-batch noise;
+        1 draws the raw losses.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One line per run, in distinct colours and line styles; the first run (the reference)
+        is drawn wide and light, so that a run that follows it closely does not hide it.
+
+    Raises
+    ------
+    ValueError
+        If ``window`` is not a positive integer.
+    """
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive integer, got {window!r}")
+    fig, ax = _axes(ax, (8, 3.6))
+    styles = ("-", "--", "-.", ":")
+    for i, (label, values) in enumerate(curves.items()):
+        loss = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(loss)
+        kernel = np.ones(window)
+        sums = np.convolve(np.where(finite, loss, 0.0), kernel)[: loss.size]
+        counts = np.convolve(finite.astype(float), kernel)[: loss.size]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            smooth = np.where(counts > 0, sums / counts, np.nan)
+        smooth[~finite] = np.nan
+        bad = int(np.count_nonzero(~finite))
+        ax.plot(
+            np.arange(1, loss.size + 1),
+            smooth,
+            color=_LINES[i % len(_LINES)],
+            ls=styles[i % len(styles)],
+            lw=3.5 if i == 0 else 1.8,  # a wide first line stays visible under the others
+            alpha=0.5 if i == 0 else 1.0,
+            label=label + (f" ({bad} non-finite losses left out)" if bad else ""),
+        )
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training loss" + (f" (mean of the last {window} steps)" if window > 1 else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
     return fig

@@ -32,6 +32,7 @@ def test_fp16_facts():
     assert f.eps == 2.0**-10
     assert f.powers_of_two == 40
     assert f.lost_update_ratio == 2.0**-11
+    assert f.always_lost_update_ratio == 2.0**-12
     assert f.has_inf
 
 
@@ -175,6 +176,81 @@ def test_lost_update_ratio():
     assert formats.lost_update_ratio("fp16") == 2.0**-11
     assert formats.lost_update_ratio("bf16") == 2.0**-8
     assert formats.lost_update_ratio("fp32") == 2.0**-24
+    assert formats.always_lost_update_ratio("fp16") == 2.0**-12
+    assert formats.always_lost_update_ratio("bf16") == 2.0**-9
+    assert formats.always_lost_update_ratio("fp32") == 2.0**-25
+
+
+def _every_value(name):
+    """Every finite value of a format of at most 16 bits, as float64 (both signs, no zeros)."""
+    bits = formats.get(name).bits
+    patterns = np.arange(2**bits, dtype=np.uint32).astype(np.dtype(f"uint{bits}"))
+    with np.errstate(invalid="ignore"):  # NaN bit patterns
+        values = patterns.view(formats.get(name).dtype).astype(np.float64)
+    return values[np.isfinite(values) & (values != 0)]
+
+
+def _round_down(x, name):
+    """Largest value of the format that is <= x (x > 0), as float64."""
+    f = formats.get(name)
+    r = np.asarray(formats.round_to(x, f))
+    too_big = r.astype(np.float64) > x
+    r = np.where(too_big, np.nextafter(r, np.zeros_like(r)), r)
+    return r.astype(np.float64)
+
+
+def _round_up_strictly(x, name):
+    """Smallest value of the format that is > x (x > 0), as float64."""
+    f = formats.get(name)
+    r = np.asarray(formats.round_to(x, f))
+    not_above = r.astype(np.float64) <= x
+    r = np.where(not_above, np.nextafter(r, np.full_like(r, f.max)), r)
+    return r.astype(np.float64)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"])
+def test_lost_update_ratios_on_every_weight_of_the_format(name):
+    # The rule of Format.lost_update_ratio, checked on every finite weight of the format, with
+    # updates that are values of the format, added in both directions.
+    f = formats.get(name)
+    w = _every_value(name)
+    always, can = f.always_lost_update_ratio, f.lost_update_ratio
+    for sign in (1.0, -1.0):
+        # |dw/w| <= 2**-(m+2): lost for every weight, normal or subnormal.
+        small = sign * _round_down(np.abs(w) * always, name)
+        assert not formats.update_survives(w, small, name).any()
+        # |dw/w| > 2**-(m+1): kept by every normal weight (that does not overflow).
+        normal = (np.abs(w) >= f.smallest_normal) & (np.abs(w) < f.max / 2)
+        big = sign * _round_up_strictly(np.abs(w[normal]) * can, name)
+        assert formats.update_survives(w[normal], big, name).all()
+    # |dw/w| = 2**-(m+1) exactly: lost when w is a power of two (a tie that rounds back to w),
+    # kept by every other normal weight. (Only weights whose update is a normal value, so that
+    # w * 2**-(m+1) is exact.)
+    exact = (np.abs(w) * can >= f.smallest_normal) & (np.abs(w) < f.max / 2)
+    w = w[exact]
+    power_of_two = np.exp2(np.floor(np.log2(np.abs(w)))) == np.abs(w)
+    survives = formats.update_survives(w, w * can, name)
+    np.testing.assert_array_equal(survives, ~power_of_two)
+
+
+def test_between_the_ratios_it_depends_on_where_the_weight_sits():
+    # fp16, |dw/w| = 1.5 * 2**-12, between 2**-12 and 2**-11: within each binade
+    # [2**e, 2**(e+1)) the spacing is 2**(e-10), so the update is lost just above a power of
+    # two (spacing 2**-10 of the weight) and kept just below the next one (close to 2**-11).
+    ratio = 1.5 * 2.0**-12
+    w = formats.representable_values(1.0, 2.0 - 2.0**-10, "fp16")  # one binade
+    survives = formats.update_survives(w, w * ratio, "fp16")
+    assert not survives[0] and survives[-1]
+    # Kept once the update, as stored in fp16, passes half the spacing 2**-11 (w > 4/3 or so);
+    # an exact tie goes to the even neighbour.
+    dw = formats.round_to(w * ratio, "fp16").astype(np.float64)
+    odd = (w * 2**10) % 2 == 1
+    np.testing.assert_array_equal(survives, (dw > 2.0**-11) | ((dw == 2.0**-11) & odd))
+    assert not survives[w < 4 / 3 - 2**-8].any() and survives[w > 4 / 3 + 2**-8].all()
+    assert 0.3 < survives.mean() < 0.7
+    # The same share in every normal binade: the rule is relative.
+    w8 = w * 2.0**8
+    np.testing.assert_array_equal(formats.update_survives(w8, w8 * ratio, "fp16"), survives)
 
 
 def test_representable_values():
@@ -184,6 +260,7 @@ def test_representable_values():
     assert top[-1] == 65504
     ones = formats.representable_values(1.0, 2.0, "fp16")
     assert ones.size == 1025 and ones[1] - ones[0] == 2.0**-10
+    assert formats.representable_values(1.0, 2.0, "bf16").size == 129  # and no NaN-cast warning
     fp32 = formats.representable_values(1.0, 1.0 + 8 * 2.0**-23, "fp32")
     assert fp32.size == 9
     around_zero = formats.representable_values(-1e-7, 1e-7, "fp16")
@@ -203,7 +280,9 @@ def test_table_lists_every_format():
     t = formats.table()
     assert [row["format"] for row in t] == list(formats.FORMAT_NAMES)
     text = repr(t)
-    assert "65504" in text and "5.96e-08" in text and "2**-11" in text
+    assert "65504" in text and "5.96e-08" in text
+    assert t.column("always lost if |dw/w| <=")[:3] == ["2**-25", "2**-12", "2**-9"]
+    assert t.column("can be lost if |dw/w| <=")[:3] == ["2**-24", "2**-11", "2**-8"]
     assert "<table>" in t._repr_html_()
     assert formats.table(["half"]).column("format") == ["fp16"]
 

@@ -15,22 +15,55 @@ def _close_figures():
     plt.close("all")
 
 
+def _right_labels(fig):
+    side = fig.axes[1]  # the twin axis that labels each row on the right
+    return [t.get_text() for t in side.get_yticklabels()]
+
+
 def test_format_ranges_draws_one_row_per_format():
     fig = plots.format_ranges(["fp32", "fp16", "bf16"])
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["bf16", "fp16", "fp32"]
     assert len(ax.patches) == 6  # subnormal + normal bar per format
-    labels = [t.get_text() for t in ax.texts]
-    assert "40 powers of 2" in labels
+    assert _right_labels(fig) == [
+        "261 powers of 2 (2**-133 .. 2**127)",
+        "40 powers of 2 (2**-24 .. 2**15)",
+        "277 powers of 2 (2**-149 .. 2**127)",
+    ]
     # fp16's normal bar spans 2**-14 .. log2(65504)
     fp16_normal = ax.patches[3]
     assert fp16_normal.get_x() == -14
     assert fp16_normal.get_width() == pytest.approx(np.log2(65504) + 14)
+    # the subnormal and normal bars have clearly different colours
+    subnormal, normal = (np.array(p.get_facecolor()[:3]) for p in ax.patches[2:4])
+    assert np.abs(subnormal - normal).sum() > 0.5
+
+
+def test_format_ranges_marks_the_bars_cut_by_the_axis():
+    fig = plots.format_ranges(["fp32", "fp16"], xlim=(-40, 20))
+    ax = fig.axes[0]
+    marks = [
+        (line.get_marker(), line.get_xdata()[0], line.get_ydata()[0])
+        for line in ax.lines
+        if line.get_marker() in ("<", ">")
+    ]
+    # fp32 (row 1) goes on beyond both edges, fp16 (row 0) fits
+    assert sorted(marks) == [("<", -40, 1), (">", 20, 1)]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["normal values", "subnormal values", "goes on beyond the axis"]
+    # labels sit outside the plotting area, so no bar hides them
+    assert not ax.texts
 
 
 def test_format_ranges_without_limits_fits_fp32():
-    ax = plots.format_ranges(["fp32"], xlim=None).axes[0]
+    fig = plots.format_ranges(["fp32"], xlim=None)
+    ax = fig.axes[0]
     assert ax.get_xlim()[0] <= -149
+    assert not [line for line in ax.lines if line.get_marker() in ("<", ">")]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "normal values",
+        "subnormal values",
+    ]
 
 
 def test_value_spacing_reports_the_gaps():
@@ -47,8 +80,10 @@ def test_update_survival_marks_thresholds():
         for name in ("fp16", "bf16")
     }
     ax = plots.update_survival(ratios, share).axes[0]
-    assert {t.get_text() for t in ax.texts} == {"2**-11", "2**-8"}
-    assert len(ax.lines) == 4  # two curves, two threshold lines
+    assert [t.get_text() for t in ax.texts] == ["2**-12", "2**-11", "2**-9", "2**-8"]
+    assert len(ax.lines) == 2  # one curve per format
+    bands = [p.get_x() for p in ax.patches]  # the "lost or kept" band of each format
+    assert np.exp2(-12) in bands and np.exp2(-9) in bands
 
 
 def test_gradient_histogram_labels_the_flushed_share():
@@ -61,6 +96,19 @@ def test_gradient_histogram_labels_the_flushed_share():
     # 2**-40 .. 2**-26 are below half the smallest fp16 subnormal (2**-25): 15 of 40
     assert "raw (37.5% flushed to zero)" in labels
     assert "x 2**16 (0% flushed to zero)" in labels
+    assert labels[:4] == [
+        "fp16: rounds to zero",
+        "fp16: subnormal",
+        "fp16: normal",
+        "fp16: overflows",
+    ]
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "number of values"
+    # four bands of four different colours, and no line drawn in a band's colour
+    band_colours = {p.get_facecolor()[:3] for p in ax.patches if p.get_label().startswith("fp16")}
+    assert len(band_colours) == 4
+    line_colours = {p.get_edgecolor()[:3] for p in ax.patches if "flushed" in p.get_label()}
+    assert len(line_colours) == 2 and not line_colours & band_colours
 
 
 def test_gradient_histogram_refuses_mixed_formats():
@@ -83,3 +131,21 @@ def test_loss_scale_trace_marks_skipped_steps():
     np.testing.assert_array_equal(crosses.get_xdata(), [2, 4])
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["loss scale", "loss scale: skipped steps (2)"]
+
+
+def test_loss_curves_draws_each_run_smoothed():
+    curves = {"a": [4.0, 2.0, 0.0, 2.0], "b": [1.0, float("nan"), 3.0, 5.0]}
+    fig = plots.loss_curves(curves, window=2)
+    ax = fig.axes[0]
+    a, b = ax.lines
+    np.testing.assert_allclose(a.get_ydata(), [4.0, 3.0, 1.0, 1.0])
+    np.testing.assert_allclose(b.get_ydata(), [1.0, np.nan, 3.0, 4.0])  # the NaN is left out
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["a", "b (1 non-finite losses left out)"]
+    assert a.get_color() != b.get_color() and a.get_linestyle() != b.get_linestyle()
+    assert "mean of the last 2 steps" in ax.get_ylabel()
+
+
+def test_loss_curves_rejects_a_bad_window():
+    with pytest.raises(ValueError, match="window"):
+        plots.loss_curves({"a": [1.0]}, window=0)
