@@ -158,20 +158,6 @@ def test_update_survives_matches_bf16_through_fp32(w, ratio):
     assert bool(formats.update_survives(w, dw, "bf16")) == bool(total != wb)
 
 
-def test_update_survives_agrees_with_torch_half():
-    import torch
-
-    rng = np.random.default_rng(0)
-    weights = rng.uniform(-4, 4, 2000).astype(np.float16)
-    updates = weights.astype(np.float64) * 2.0 ** rng.uniform(-13, -8, 2000)
-    t_w = torch.tensor(weights, dtype=torch.float16)
-    t_new = t_w + torch.tensor(updates, dtype=torch.float16)
-    expected = (t_new != t_w).numpy()
-    survived = formats.update_survives(weights, updates, "fp16")
-    assert 0 < survived.sum() < survived.size  # the sweep straddles the threshold
-    np.testing.assert_array_equal(survived, expected)
-
-
 def test_lost_update_ratio():
     assert formats.lost_update_ratio("fp16") == 2.0**-11
     assert formats.lost_update_ratio("bf16") == 2.0**-8
@@ -287,14 +273,7 @@ def test_table_lists_every_format():
     assert formats.table(["half"]).column("format") == ["fp16"]
 
 
-def test_dtype_name_spells_every_library_alike():
-    import tensorflow as tf
-    import torch
-
-    assert formats.dtype_name(torch.ones(1).half()) == "float16"
-    assert formats.dtype_name(torch.bfloat16) == "bfloat16"
-    assert formats.dtype_name(tf.ones(1, tf.bfloat16)) == "bfloat16"
-    assert formats.dtype_name(tf.float16) == "float16"
+def test_dtype_name_spells_numpy_ml_dtypes_and_strings():
     assert formats.dtype_name(np.ones(1, np.float32)) == "float32"
     assert formats.dtype_name(np.dtype([("bfloat16", np.uint16)])) == "bfloat16"  # MXNet's bf16
     assert formats.dtype_name("mixed_float16") == "mixed_float16"

@@ -3,6 +3,7 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
 
+from mptutor import formats
 from mptutor import tensorflow as mtf
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler
 
@@ -182,3 +183,8 @@ def test_quiet_import_drops_only_the_tensorflow_notices(tmp_path, monkeypatch, c
     assert err == "something else went wrong\n"
     with pytest.raises(ModuleNotFoundError):
         mtf._import_quietly("no_such_module_for_mptutor_test")
+
+
+def test_formats_dtype_name_reads_tensorflow_dtypes():
+    assert formats.dtype_name(tf.ones(1, tf.bfloat16)) == "bfloat16"
+    assert formats.dtype_name(tf.float16) == "float16"

@@ -5,6 +5,7 @@ import sys
 import textwrap
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
@@ -12,6 +13,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from mptutor import formats  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
 from mptutor.scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
 
@@ -412,3 +414,20 @@ def test_gradients_stats_of_a_model():
     assert stats.count == sum(p.numel() for p in model.parameters())
     assert stats.underflow > 0 and stats.scaled(2.0**20).underflow < stats.underflow
     assert mpt.gradients_stats([torch.zeros(3, requires_grad=True)]).count == 0
+
+
+def test_formats_update_survives_agrees_with_torch_half():
+    rng = np.random.default_rng(0)
+    weights = rng.uniform(-4, 4, 2000).astype(np.float16)
+    updates = weights.astype(np.float64) * 2.0 ** rng.uniform(-13, -8, 2000)
+    t_w = torch.tensor(weights, dtype=torch.float16)
+    t_new = t_w + torch.tensor(updates, dtype=torch.float16)
+    expected = (t_new != t_w).numpy()
+    survived = formats.update_survives(weights, updates, "fp16")
+    assert 0 < survived.sum() < survived.size  # the sweep straddles the threshold
+    np.testing.assert_array_equal(survived, expected)
+
+
+def test_formats_dtype_name_reads_torch_dtypes():
+    assert formats.dtype_name(torch.ones(1).half()) == "float16"
+    assert formats.dtype_name(torch.bfloat16) == "bfloat16"
