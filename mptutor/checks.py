@@ -1,15 +1,108 @@
-"""Argument checks shared by the framework helpers."""
+"""Argument checks shared by every module: one validator for numbers, one message style.
+
+``check_scalar`` follows scikit-learn's function of the same name: it accepts Python and NumPy
+numbers alike (``np.float32(1.0)`` as well as ``1.0``), refuses booleans, and names the argument
+and the accepted values in its error.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import numbers
+from typing import Any, Literal
 
-__all__ = ["optional_positive"]
+__all__ = ["check_scalar", "optional_positive"]
+
+_BOUNDARIES = ("both", "left", "right", "neither")
+
+
+def _interval(min_val: float | None, max_val: float | None, include: str) -> str:
+    left = "[" if include in ("both", "left") else "("
+    right = "]" if include in ("both", "right") else ")"
+    low = "-inf" if min_val is None else f"{min_val:g}"
+    high = "inf" if max_val is None else f"{max_val:g}"
+    return f"{left}{low}, {high}{right}"
+
+
+def check_scalar(
+    value: Any,
+    name: str,
+    kind: type[int] | type[float] = float,
+    *,
+    min_val: float | None = None,
+    max_val: float | None = None,
+    include_boundaries: Literal["both", "left", "right", "neither"] = "both",
+    allow_none: bool = False,
+) -> Any:
+    """Check that ``value`` is a finite number of the right kind within bounds.
+
+    Parameters
+    ----------
+    value : object
+        The value given.
+    name : str
+        The argument's name, for the error message.
+    kind : {int, float}, optional
+        ``int`` accepts integers only (Python or NumPy); ``float`` accepts any real number.
+    min_val, max_val : float or None, optional
+        Bounds; ``None`` leaves that side open.
+    include_boundaries : {"both", "left", "right", "neither"}, optional
+        Which bounds are allowed values themselves.
+    allow_none : bool, optional
+        Accept ``None`` and return it.
+
+    Returns
+    -------
+    int, float or None
+        The value as a Python ``int`` or ``float`` (``None`` when allowed and given).
+
+    Raises
+    ------
+    TypeError
+        If the value is not a number of that kind (booleans never are).
+    ValueError
+        If it is NaN or infinite, or lies outside the bounds; the message names the argument and
+        the accepted interval.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_scalar(np.float32(2.0), "scale", min_val=0, include_boundaries="neither")
+    2.0
+    >>> check_scalar(0, "steps", int, min_val=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: steps must be in [1, inf], got 0
+    """
+    if include_boundaries not in _BOUNDARIES:
+        raise ValueError(
+            f"include_boundaries must be one of {_BOUNDARIES}, got {include_boundaries!r}"
+        )
+    if value is None and allow_none:
+        return None
+    wanted = numbers.Integral if kind is int else numbers.Real
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, wanted):
+        what = "an int" if kind is int else "a real number"
+        also = " or None" if allow_none else ""
+        got = f"got {value!r} of type {type(value).__name__}"
+        raise TypeError(f"{name} must be {what}{also}, {got}")
+    number = int(value) if kind is int else float(value)
+    if kind is not int and not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    low_ok = min_val is None or (
+        number >= min_val if include_boundaries in ("both", "left") else number > min_val
+    )
+    high_ok = max_val is None or (
+        number <= max_val if include_boundaries in ("both", "right") else number < max_val
+    )
+    if not (low_ok and high_ok):
+        interval = _interval(min_val, max_val, include_boundaries)
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+    return number
 
 
 def optional_positive(name: str, value: Any) -> float | None:
-    """Accept ``None`` or a positive finite number (not a bool).
+    """Accept ``None`` or a positive finite number, Python or NumPy (not a bool).
 
     Parameters
     ----------
@@ -28,13 +121,11 @@ def optional_positive(name: str, value: Any) -> float | None:
     ValueError
         If the value is anything else; the message names the argument.
     """
-    if value is None:
-        return None
-    if (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    ):
-        return float(value)
-    raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    try:
+        return check_scalar(
+            value, name, float, min_val=0, include_boundaries="neither", allow_none=True
+        )
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be a positive finite number or None, got {value!r}"
+        ) from None

@@ -1,14 +1,50 @@
+import numpy as np
 import pytest
 
-from mptutor.checks import optional_positive
+from mptutor.checks import check_scalar, optional_positive
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "1"])
-def test_refuses_and_names_the_argument(bad):
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "1", np.bool_(True)])
+def test_optional_positive_refuses_and_names_the_argument(bad):
     with pytest.raises(ValueError, match="max_norm must be a positive finite number"):
         optional_positive("max_norm", bad)
 
 
-def test_accepts_none_and_positive_numbers():
+def test_optional_positive_accepts_none_python_and_numpy_numbers():
     assert optional_positive("x", None) is None
     assert optional_positive("x", 2) == 2.0
+    value = optional_positive("x", np.float32(1.0))
+    assert value == 1.0 and type(value) is float
+
+
+def test_check_scalar_returns_python_numbers():
+    assert type(check_scalar(np.int64(3), "n", int)) is int
+    assert check_scalar(np.float16(0.5), "p", float, min_val=0, max_val=1) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "error", "message"),
+    [
+        (True, int, TypeError, "steps must be an int, got True of type bool"),
+        (np.bool_(False), float, TypeError, "steps must be a real number"),
+        (1.5, int, TypeError, "steps must be an int"),
+        ("3", float, TypeError, "got '3' of type str"),
+        (float("nan"), float, ValueError, "steps must be a finite number"),
+        (0, int, ValueError, r"steps must be in \[1, 10\), got 0"),
+        (10, int, ValueError, r"steps must be in \[1, 10\), got 10"),
+    ],
+)
+def test_check_scalar_refuses_with_the_accepted_values(value, kind, error, message):
+    with pytest.raises(error, match=message):
+        check_scalar(value, "steps", kind, min_val=1, max_val=10, include_boundaries="left")
+
+
+def test_check_scalar_boundaries():
+    assert check_scalar(0.0, "x", min_val=0) == 0.0
+    with pytest.raises(ValueError, match=r"\(0, inf\)"):
+        check_scalar(0.0, "x", min_val=0, include_boundaries="neither")
+    assert check_scalar(None, "x", allow_none=True) is None
+    with pytest.raises(TypeError, match="x must be a real number, got None"):
+        check_scalar(None, "x")
+    with pytest.raises(ValueError, match="include_boundaries must be one of"):
+        check_scalar(1, "x", include_boundaries="inside")
