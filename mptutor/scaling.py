@@ -86,11 +86,17 @@ import numbers
 from array import array
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["DynamicLossScaler", "StaticLossScaler", "ScaleHistory", "FLOAT32_MAX"]
+__all__ = [
+    "LossScaler",
+    "DynamicLossScaler",
+    "StaticLossScaler",
+    "ScaleHistory",
+    "FLOAT32_MAX",
+]
 
 #: Largest finite float32 value: the scale is held in float32, like GradScaler's.
 FLOAT32_MAX: float = float(np.finfo(np.float32).max)
@@ -325,6 +331,38 @@ class ScaleHistory:
             scale = _scale_value(f"state_dict['history']['scales'][{i}]", scale)
             history.append(scale, bool(skip))
         return history
+
+
+@runtime_checkable
+class LossScaler(Protocol):
+    """What every framework adapter needs of a loss scaler (both scalers here provide it).
+
+    A framework module multiplies the loss by :attr:`scale`, checks the scaled gradients for
+    inf/NaN, calls :meth:`update` with the answer, and applies the step only when it returns
+    ``True``. ``state_dict``/``load_state_dict`` put the scaler in checkpoints.
+    """
+
+    @property
+    def scale(self) -> float:
+        """The scale to multiply the loss by."""
+        ...
+
+    @property
+    def history(self) -> ScaleHistory:
+        """The scales used and the steps skipped so far."""
+        ...
+
+    def update(self, found_inf: Any) -> bool:
+        """Record a step's overflow check and return whether to apply the step."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the scaler's state, for a checkpoint."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        ...
 
 
 class _Scaler:
