@@ -33,7 +33,11 @@ from mptutor.table import Table
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if any)")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cuda, cuda:N or cpu (default: cuda if any, unless MPTUTOR_DEVICE=cpu)",
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument(
         "--precisions", nargs="+", default=list(tp.PRECISIONS), choices=list(tp.PRECISIONS)

@@ -81,6 +81,11 @@ except ImportError:
 if not torch.cuda.is_available():
     sys.exit("record-gpu.sh: PyTorch sees no CUDA GPU here (use --smoke to check the code path "
              "on a CPU)")
+from mptutor import hardware
+
+if hardware.device_override() == "cpu":
+    sys.exit("record-gpu.sh: MPTUTOR_DEVICE=cpu hides the GPU from the benchmarks and the "
+             "notebook; unset it to record GPU figures")
 try:
     import torchvision  # noqa: F401
 except ImportError:

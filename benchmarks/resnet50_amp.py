@@ -49,7 +49,11 @@ def build_model(name: str) -> nn.Module:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if any)")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cuda, cuda:N or cpu (default: cuda if any, unless MPTUTOR_DEVICE=cpu)",
+    )
     parser.add_argument("--model", default=None, help="resnet50 (default) or tiny")
     parser.add_argument("--batch", type=int, default=None, help="default 256 (smoke: 2)")
     parser.add_argument("--image-size", type=int, default=None, help="default 224 (smoke: 16)")

@@ -203,7 +203,11 @@ def measure(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if any)")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cuda, cuda:N or cpu (default: cuda if any, unless MPTUTOR_DEVICE=cpu)",
+    )
     parser.add_argument(
         "--model",
         default=None,

@@ -10,7 +10,8 @@ module per framework and are imported by name when you want them::
 Modules
 -------
 formats
-    FP32, FP16, BF16 and FP8 formats: range, spacing, rounding, lost updates.
+    FP32, FP16, BF16 and FP8 formats: range, spacing, rounding, lost updates; one vocabulary of
+    dtype names (``dtype_name``).
 hardware
     What this machine can do (GPU, Tensor Cores, BF16/FP8) and package versions.
 scaling
@@ -21,7 +22,11 @@ plots
     matplotlib figures drawn from what the other modules compute.
 data
     Caltech101 through a checksum-verified download; a small digits image folder for CPUs.
-torch, mxnet
+bench
+    Timing, measurement records with their provenance, the project's performance targets.
+table, atomic, checks
+    A small printable table; files and folders written atomically; argument checks.
+torch, tensorflow, mxnet
     Framework helpers (master weights, loss scaling, BatchNorm in FP32, training loops).
 notebooks
     Execute notebooks into a build folder with HTML copies and a summary.

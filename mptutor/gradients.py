@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from mptutor import formats
+from mptutor.checks import check_scalar
 
 __all__ = ["GradientStats", "gradient_stats"]
 
@@ -94,8 +95,11 @@ class GradientStats:
         ------
         ValueError
             If ``factor`` is not a positive power of two.
+        TypeError
+            If ``factor`` is not a real number.
         """
-        shift = math.log2(factor) if factor > 0 and math.isfinite(factor) else math.nan
+        name = "factor (a positive power of two)"
+        shift = math.log2(check_scalar(factor, name, min_val=0, include_boundaries="neither"))
         if not shift.is_integer():
             raise ValueError(f"factor must be a positive power of two, got {factor!r}")
         exps = self.exponents + int(shift)

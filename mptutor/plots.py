@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mptutor import formats
+from mptutor.checks import check_scalar
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -347,10 +348,11 @@ def loss_curves(
     Raises
     ------
     ValueError
-        If ``window`` is not a positive integer.
+        If ``window`` is below 1.
+    TypeError
+        If ``window`` is not an int.
     """
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive integer, got {window!r}")
+    window = check_scalar(window, "window", int, min_val=1)
     fig, ax = _axes(ax, (8, 3.6))
     styles = ("-", "--", "-.", ":")
     for i, (label, values) in enumerate(curves.items()):

@@ -1,4 +1,11 @@
-"""Shared test configuration: headless matplotlib, required frameworks, the `gpu` marker policy.
+"""Shared test configuration: Hypothesis profiles, headless matplotlib, required frameworks, the
+`gpu` marker policy.
+
+Hypothesis: the ``ci`` profile is loaded by default. It is derandomized (every run draws the
+same examples, so a failure reproduces and a pass means the same everywhere) and keeps no
+example database; ``pytest --hypothesis-profile=deep`` draws ten times as many random examples
+for a thorough local run. Tests set no ``max_examples`` or ``deadline`` of their own, so the
+profile decides.
 
 Frameworks: the tests of a framework skip with the reason when it is not installed (in anyone's
 own environment). Under ``make test`` each environment names the frameworks it is meant to hold
@@ -16,12 +23,28 @@ import importlib
 import os
 import warnings
 
-import matplotlib
 import pytest
 
-# Headless figures in this process only: an MPLBACKEND variable would also reach the kernels
-# that nbval starts when tests and notebooks run in one pytest session, and change their output.
-matplotlib.use("Agg")
+try:  # only the tests of mptutor.plots need matplotlib, and they skip without it
+    import matplotlib
+except ImportError:  # pragma: no cover - a minimal environment
+    matplotlib = None
+else:
+    # Headless figures in this process only: an MPLBACKEND variable would also reach the kernels
+    # that nbval starts when tests and notebooks run in one pytest session, and change their
+    # output.
+    matplotlib.use("Agg")
+
+try:
+    from hypothesis import settings
+except ImportError:  # pragma: no cover - the property tests import it and fail without it
+    settings = None
+else:
+    settings.register_profile(
+        "ci", derandomize=True, database=None, max_examples=100, deadline=None
+    )
+    settings.register_profile("deep", max_examples=1000, deadline=None)
+    settings.load_profile("ci")  # `--hypothesis-profile=deep` loads another one after this
 
 
 def _required_frameworks() -> list[str]:

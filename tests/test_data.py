@@ -11,6 +11,8 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
+import stat
 import subprocess
 import sys
 import tarfile
@@ -20,10 +22,16 @@ import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
-from PIL import Image
 
-from mptutor import data
+pytest.importorskip("PIL", reason="Pillow is not installed (the `data` extra)")
+pytest.importorskip("pooch", reason="pooch is not installed (the `data` extra)")
+
+from PIL import Image  # noqa: E402
+
+from mptutor import data  # noqa: E402
+from mptutor.data import _store  # noqa: E402
 
 CLASSES = {"BACKGROUND_Google": 7, "Faces_easy": 6, "accordion": 5, "airplanes": 9, "anchor": 4}
 MEMBER = data.CALTECH101.member  # caltech-101/101_ObjectCategories.tar.gz
@@ -144,6 +152,12 @@ def _tree(folder: Path) -> dict[str, set[str]]:
     return {c.name: {f.name for f in c.iterdir()} for c in sorted(folder.iterdir())}
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _leftovers(root: Path) -> list[str]:
     """Everything under root except the cached archive, as relative paths."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
@@ -234,8 +248,12 @@ def test_split_options(tmp_path, server, archive):
     assert nobg.num_classes == 4 and nobg.root.name.endswith("-nobg")
     with pytest.raises(ValueError, match="'anchor' has 4 image"):
         data.caltech101(tmp_path, test_per_class=4, progress=False, source=source)
-    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+    with pytest.raises(ValueError, match=r"test_per_class \(a fraction.*must be in \(0, 1\)"):
         data.caltech101(tmp_path, test_per_class=1.5, progress=False, source=source)
+    with pytest.raises(ValueError, match=r"test_per_class \(images per class\) must be in \[1"):
+        data.caltech101(tmp_path, test_per_class=0, progress=False, source=source)
+    with pytest.raises(TypeError, match="test_per_class.*must be a real number, got True"):
+        data.caltech101(tmp_path, test_per_class=True, progress=False, source=source)
     assert server.gets == ["/caltech-101.zip"]
 
 
@@ -343,23 +361,14 @@ def test_data_dir_override_and_progress_output(tmp_path, monkeypatch, capsys, se
     assert "Extracting" in err and "Splitting" in err and "100%" in err  # tqdm's bar
 
     monkeypatch.setenv(data.ENV_VAR, "")  # empty means unset
-    checkout = Path(data.__file__).resolve().parent.parent
+    checkout = Path(data.__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file() and (checkout / "data").is_dir():
         assert data.data_dir() == checkout / "data" / "cache"  # run from a checkout
     monkeypatch.delenv(data.ENV_VAR)
-    monkeypatch.setattr(data, "_checkout_cache", lambda: None)  # as when pip-installed
+    monkeypatch.setattr(_store, "_checkout_cache", lambda: None)  # as when pip-installed
     import pooch
 
     assert data.data_dir() == Path(pooch.os_cache("mptutor"))
-
-
-def test_import_loads_no_framework_nor_optional_package():
-    probe = "import json, sys, mptutor.data; print(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    loaded = {name.split(".")[0] for name in json.loads(out.stdout.strip().splitlines()[-1])}
-    assert "mptutor" in loaded
-    heavy = {"mxnet", "torch", "tensorflow", "matplotlib", "pooch", "PIL", "sklearn", "requests"}
-    assert not loaded & heavy
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,6 +415,10 @@ def test_split_image_folder(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["all", "te", "tr"]  # nothing built
     only_dog = data.split_image_folder(src, tmp_path / "t3", tmp_path / "e3", 1, exclude=["cat"])
     assert only_dog.classes == ("dog",)
+    numpy_count = data.split_image_folder(src, tmp_path / "t4", tmp_path / "e4", np.int64(2))
+    assert numpy_count.test_counts == {"cat": 2, "dog": 2}
+    mode = 0o777 & ~_umask()
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "t4", tmp_path / "e4")} == {mode}
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,7 +429,12 @@ def _contents(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.png"))}
 
 
-def test_digits_image_folder_is_deterministic(tmp_path):
+@pytest.fixture
+def sklearn():
+    return pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `data` extra)")
+
+
+def test_digits_image_folder_is_deterministic(tmp_path, sklearn):
     first = data.digits_image_folder(tmp_path / "a", size=16)
     assert first.classes == tuple(str(d) for d in range(10))
     assert first.num_train + first.num_test == 1797
@@ -437,7 +455,7 @@ def test_digits_image_folder_is_deterministic(tmp_path):
         assert (img.format, img.mode, img.size) == ("PNG", "RGB", (16, 16))
 
 
-def test_digits_image_folder_reuses_and_rebuilds(tmp_path):
+def test_digits_image_folder_reuses_and_rebuilds(tmp_path, sklearn):
     first = data.digits_image_folder(tmp_path, size=8)
     marker = first.root / "mptutor-complete.json"
     stamp = marker.stat().st_mtime_ns
@@ -448,9 +466,11 @@ def test_digits_image_folder_reuses_and_rebuilds(tmp_path):
     marker.unlink()  # as if the run had been killed before it finished
     rebuilt = data.digits_image_folder(tmp_path, size=8)
     assert rebuilt == first and marker.is_file()
-    with pytest.raises(ValueError, match="at least 8"):
+    with pytest.raises(ValueError, match=r"size \(the image edge in pixels\) must be in \[8, inf"):
         data.digits_image_folder(tmp_path, size=4)
-    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+    with pytest.raises(TypeError, match="size .* must be an int, got 8.0"):
+        data.digits_image_folder(tmp_path, size=8.0)
+    with pytest.raises(ValueError, match=r"test_fraction .* must be in \(0, 1\), got 1.0"):
         data.digits_image_folder(tmp_path, test_fraction=1.0)
 
 

@@ -1,10 +1,10 @@
-import matplotlib
 import numpy as np
 import pytest
 
-from mptutor import formats, plots
-
+matplotlib = pytest.importorskip("matplotlib", reason="not installed (the `plots` extra)")
 matplotlib.use("Agg")
+
+from mptutor import formats, plots  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -147,5 +147,7 @@ def test_loss_curves_draws_each_run_smoothed():
 
 
 def test_loss_curves_rejects_a_bad_window():
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(ValueError, match=r"window must be in \[1, inf\], got 0"):
         plots.loss_curves({"a": [1.0]}, window=0)
+    with pytest.raises(TypeError, match="window must be an int, got 2.5"):
+        plots.loss_curves({"a": [1.0]}, window=2.5)

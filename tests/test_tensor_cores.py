@@ -1,5 +1,7 @@
-"""The Tensor Core kernel classifier, held against kernel names reported by real profilers."""
-# ruff: noqa: E501  (kernel names are quoted whole, as profilers print them)
+"""The Tensor Core profiler of mptutor.torch: kernels of real products, judged by their names.
+
+The name classifier itself is framework-free and tested in ``test_kernels.py``.
+"""
 
 import pytest
 
@@ -7,59 +9,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from mptutor import torch as mpt
 from mptutor import torch_perf as tp
-
-TENSOR_CORE = [
-    # Volta: the "884" kernels of the GTC 2018 talk
-    "volta_fp16_s884gemm_fp16_128x128_ldg8_f2f_nn",
-    "volta_h884gemm_64x64_ldg8_nn",
-    "volta_s884cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc2nchw_tn_v1",
-    # Turing
-    "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_nn",
-    "turing_h1688gemm_256x128_ldg8_tn",
-    # Ampere: cuBLAS, TF32, xmma, CUTLASS, cuDNN implicit GEMM
-    "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn",
-    "ampere_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn",
-    "ampere_tf32_s1688gemm_tf32_128x128_16x3_nt",
-    "sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16_kernel",
-    "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
-    "cutlass_80_tensorop_s16816gemm_f16_256x128_32x3_nn_align8",
-    "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>(T1::Params)",
-    "sm86_xmma_fprop_implicit_gemm_indexed_f16f16_f16f32_f32_nhwckrsc_nchw_tilesize64x32x64",
-    "sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16",
-    # Hopper: xmma sm90, CUTLASS 3 wgmma, cuBLAS nvjet kernels
-    "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_cgasize1x2x1_warpgroupsize2x1x1",
-    "void cutlass::device_kernel<cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_128x256x64_1x2x1_0_tnn_align8_warpspecialized_cooperative_epi_tma>",
-    "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
-    "nvjet_tst_128x128_64x4_1x2_h_bz_coopA_NNT",
-    "nvjet_sss_tf32_128x256_TNT",
-    "nvjet_qqtst_128x256_128x6_1x2_h_bz_coopA_TNT",
-]
-
-NOT_TENSOR_CORE = [
-    "volta_sgemm_128x64_nn",
-    "turing_sgemm_64x32_sliced1x4_nn",
-    "ampere_sgemm_128x64_nn",
-    "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_kernel",
-    "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>",
-    "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 2, 2, true>",
-    "implicit_convolve_sgemm",
-    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<c10::Half>, at::detail::Array<char*, 2> >(int, at::native::CUDAFunctorOnSelf_add<c10::Half>, at::detail::Array<char*, 2>)",
-    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, at::native::func_wrapper_t<float, at::native::sum_functor<c10::BFloat16, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, c10::BFloat16, 4> >",
-    "void cudnn::bn_fw_tr_1C11_kernel_NCHW<__half, float, 512, true, 1>(cudnnTensorStruct, __half const*, cudnnTensorStruct, __half*, float const*, float const*, float, float, float*, float*, float*, float*, float, float)",
-    "nvjet_sss_128x64_64x8_2x1_v_bz_TNN",
-    "Memcpy HtoD (Pageable -> Device)",
-]
-
-
-@pytest.mark.parametrize("name", TENSOR_CORE)
-def test_tensor_core_kernels_are_recognised(name):
-    assert mpt.is_tensor_core_kernel(name)
-
-
-@pytest.mark.parametrize("name", NOT_TENSOR_CORE)
-def test_other_kernels_are_not(name):
-    assert not mpt.is_tensor_core_kernel(name)
+from mptutor.kernels import KernelRecord
 
 
 def test_profiling_needs_a_gpu_and_says_so():
@@ -69,12 +19,18 @@ def test_profiling_needs_a_gpu_and_says_so():
         mpt.tensor_core_kernels(lambda: None)
 
 
+def test_profiling_checks_its_warmup():
+    with pytest.raises(ValueError, match="warmup"):
+        mpt.tensor_core_kernels(lambda: None, warmup=-1)
+
+
 @pytest.mark.gpu
 def test_fp16_matmul_runs_on_tensor_cores_and_strict_fp32_does_not():
     a = torch.randn(1024, 1024, device="cuda")
     b = torch.randn(1024, 1024, device="cuda")
     a16, b16 = a.half(), b.half()
     half = mpt.tensor_core_kernels(lambda: a16 @ b16)
+    assert all(isinstance(k, KernelRecord) and k.calls >= 1 for k in half)
     assert any(k.tensor_core for k in half), [k.name for k in half]
     with tp.tf32(False):  # the fp32_precision settings: no deprecation warning, nothing mixed
         strict = mpt.tensor_core_kernels(lambda: a @ b)

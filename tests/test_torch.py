@@ -202,7 +202,7 @@ def test_weights_and_state_never_see_inf_or_nan(plan, adam, clip):
     model = mpt.network_to_half(_net())
     factory = (lambda p: torch.optim.Adam(p, lr=1e-3)) if adam else _sgd
     opt = mpt.MasterWeightOptimizer(
-        factory, model, DynamicLossScaler(init_scale=2.0**20), clip_grad_norm=clip
+        factory, model, DynamicLossScaler(init_scale=2.0**20), clip_norm=clip
     )
     for t, poison in enumerate(plan):
         before = copy.deepcopy(opt.state_dict())  # state_dict() shares the live tensors
@@ -227,7 +227,7 @@ def test_weights_and_state_never_see_inf_or_nan(plan, adam, clip):
 def test_clipping_acts_on_unscaled_gradients():
     model = mpt.network_to_half(_net())
     opt = mpt.MasterWeightOptimizer(
-        lambda p: torch.optim.SGD(p, lr=1.0), model, StaticLossScaler(2.0**12), clip_grad_norm=0.01
+        lambda p: torch.optim.SGD(p, lr=1.0), model, StaticLossScaler(2.0**12), clip_norm=0.01
     )
     start = [p.detach().clone() for p in opt.master_params]
     x, y = _batch(0)
@@ -357,8 +357,8 @@ def test_model_without_trainable_parameters_is_refused():
 
 @pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, True, "1"])
 def test_bad_clip_value(bad):
-    with pytest.raises(ValueError, match="clip_grad_norm"):
-        mpt.MasterWeightOptimizer(_sgd, torch.nn.Linear(2, 2).half(), clip_grad_norm=bad)
+    with pytest.raises(ValueError, match="clip_norm"):
+        mpt.MasterWeightOptimizer(_sgd, torch.nn.Linear(2, 2).half(), clip_norm=bad)
 
 
 def test_bad_optimizers():
@@ -398,7 +398,7 @@ def test_bad_checkpoints(tmp_path):
 @pytest.mark.gpu
 def test_one_host_sync_per_step_on_gpu():
     model = mpt.network_to_half(_net()).cuda()
-    opt = mpt.MasterWeightOptimizer(_sgd, model, clip_grad_norm=1.0)
+    opt = mpt.MasterWeightOptimizer(_sgd, model, clip_norm=1.0)
     x, y = (t.cuda() for t in _batch(0))
     opt.backward(_loss(model, x, y))
     opt.step()  # warm-up: optimizer state is created here
@@ -406,14 +406,17 @@ def test_one_host_sync_per_step_on_gpu():
     assert mpt.count_host_syncs(opt.step) == 1
 
 
-def test_gradients_stats_of_a_model():
+def test_gradient_stats_of_a_model():
     model = _net()
     x, y = _batch(0)
     (_loss(model, x.float(), y) * 2.0**-20).backward()
-    stats = mpt.gradients_stats(model, "fp16")
+    stats = mpt.gradient_stats(model, "fp16")
     assert stats.count == sum(p.numel() for p in model.parameters())
     assert stats.underflow > 0 and stats.scaled(2.0**20).underflow < stats.underflow
-    assert mpt.gradients_stats([torch.zeros(3, requires_grad=True)]).count == 0
+    assert mpt.gradient_stats([torch.zeros(3, requires_grad=True)]).count == 0
+    bf16 = torch.nn.Linear(4, 2).to(torch.bfloat16)
+    bf16(torch.ones(1, 4, dtype=torch.bfloat16)).float().sum().backward()
+    assert mpt.gradient_stats(bf16.parameters(), torch.bfloat16).count == 10
 
 
 def test_formats_update_survives_agrees_with_torch_half():
@@ -431,3 +434,38 @@ def test_formats_update_survives_agrees_with_torch_half():
 def test_formats_dtype_name_reads_torch_dtypes():
     assert formats.dtype_name(torch.ones(1).half()) == "float16"
     assert formats.dtype_name(torch.bfloat16) == "bfloat16"
+
+
+# --- the adapter contract and the package layout -------------------------------------------
+
+
+def test_device_follows_pytorch_and_the_override(monkeypatch):
+    monkeypatch.delenv("MPTUTOR_DEVICE", raising=False)
+    gpu = torch.cuda.is_available()
+    assert mpt.device() == ("cuda" if gpu else "cpu")
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert mpt.device() == "cpu"
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cuda")  # asks for a GPU, cannot make one appear
+    assert mpt.device() == ("cuda" if gpu else "cpu")
+    monkeypatch.setenv("MPTUTOR_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="MPTUTOR_DEVICE"):
+        mpt.device()
+
+
+def test_device_reads_the_override_only_through_hardware(monkeypatch):
+    from mptutor import hardware
+
+    monkeypatch.setenv("MPTUTOR_DEVICE", "tpu")  # would raise if read anywhere else
+    monkeypatch.setattr(hardware, "device_override", lambda: "cpu")
+    assert mpt.device() == "cpu"
+
+
+def test_the_package_uses_the_real_pytorch_and_keeps_no_old_names():
+    import mptutor.torch._master_weights as master_weights
+
+    assert master_weights.torch is torch and master_weights.nn is torch.nn
+    for old in ("gradients_stats", "is_tensor_core_kernel", "KernelRecord", "LossScaler"):
+        assert not hasattr(mpt, old), old
+    assert set(mpt.__all__) == {n for n in vars(mpt) if not n.startswith("_")} - {"annotations"}
+    assert "clip_norm" in mpt.MasterWeightOptimizer.__init__.__code__.co_varnames
+    assert "clip_grad_norm" not in mpt.MasterWeightOptimizer.__init__.__code__.co_varnames

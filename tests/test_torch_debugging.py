@@ -294,8 +294,11 @@ def test_audit_of_a_model_that_fits_is_empty_and_other_multiples_work():
 def test_audit_bad_arguments():
     with pytest.raises(TypeError, match="torch.nn.Module"):
         mpt.tensor_core_audit([nn.Linear(3, 3)])
-    for bad in (0, -8, 8.0, "8", True):
-        with pytest.raises(ValueError, match="multiple must be a positive integer"):
+    for bad in (0, -8):
+        with pytest.raises(ValueError, match=r"multiple must be in \[1, inf\]"):
+            mpt.tensor_core_audit(nn.Linear(3, 3), multiple=bad)
+    for bad in (8.0, "8", True):
+        with pytest.raises(TypeError, match="multiple must be an int"):
             mpt.tensor_core_audit(nn.Linear(3, 3), multiple=bad)
     with pytest.raises(ValueError, match="vocabulary_min"):
         mpt.tensor_core_audit(nn.Linear(3, 3), vocabulary_min=0)

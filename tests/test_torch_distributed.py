@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 import torch.distributed as dist
 
-from mptutor._torch_distributed import WorkerError, Workers, choose_backend, launch
+from mptutor.torch import WorkerError, Workers, choose_backend, launch
 
 HERE = __file__
 
@@ -107,4 +107,12 @@ def test_bad_settings_are_refused():
     ):
         with pytest.raises(ValueError, match=match):
             Workers(**kwargs)
+    for kwargs, match in (
+        ({"world_size": 2.0}, "world_size must be an int"),
+        ({"threads": True}, "threads must be an int"),
+        ({"timeout": "300"}, "timeout must be a real number"),
+    ):
+        with pytest.raises(TypeError, match=match):
+            Workers(**kwargs)
+    assert Workers(timeout=1, backend="gloo").timeout == 1.0
     assert "not running" in repr(Workers(backend="gloo"))

@@ -59,7 +59,8 @@ def test_set_tf32_falls_back_to_allow_tf32_where_fp32_precision_is_missing():
     code = (
         "import torch\n"
         "from mptutor import torch_perf as tp\n"
-        "tp._new_tf32_api = lambda: None\n"
+        "from mptutor.torch_perf import _tf32\n"
+        "_tf32._new_tf32_api = lambda: None\n"
         "before = tp.set_tf32(True)\n"
         "assert before == {'api': 'allow_tf32', 'matmul': False, 'cudnn_conv': True}, before\n"
         "assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32\n"
@@ -143,6 +144,10 @@ def test_time_calls_rejects_bad_arguments():
         tp.time_calls(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="min_sample_s"):
         tp.time_calls(lambda: None, min_sample_s=-1)
+    with pytest.raises(ValueError, match="max_inner"):
+        tp.time_calls(lambda: None, max_inner=0)
+    with pytest.raises(TypeError, match="warmup must be an int"):
+        tp.time_calls(lambda: None, warmup=1.5)
 
 
 def test_time_calls_stops_at_max_inner():
@@ -240,6 +245,13 @@ def test_save_record_names_and_provenance(tmp_path):
     assert smoke.name == "scaler_overhead-smoke-cpu-tiny_cnn.json"
     assert json.loads(smoke.read_text())["data"]["smoke"] is True
     assert [p.name for p, _ in bench.find_records(results_dir=tmp_path)] == [path.name]
+
+
+def test_default_device_is_the_adapters_device(monkeypatch):
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert tp.default_device() == mpt.device() == "cpu"
+    monkeypatch.delenv("MPTUTOR_DEVICE")
+    assert tp.default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def test_a_smoke_record_never_lands_in_data_results():

@@ -1,6 +1,6 @@
 """Debugging helpers for mixed precision in PyTorch: where the first inf/NaN appears, odd shapes.
 
-Imported through :mod:`mptutor.torch`::
+Used through :mod:`mptutor.torch`::
 
     from mptutor import torch as mpt
 
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mptutor.checks import check_scalar
 from mptutor.table import Table
 
 __all__ = [
@@ -486,15 +487,15 @@ def tensor_core_audit(
     Raises
     ------
     TypeError
-        If ``model`` is not a ``torch.nn.Module``.
+        If ``model`` is not a ``torch.nn.Module``, or ``multiple`` or ``vocabulary_min`` is not
+        an integer.
     ValueError
-        If ``multiple`` or ``vocabulary_min`` is not a positive integer.
+        If ``multiple`` or ``vocabulary_min`` is less than 1.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    for name, value in (("multiple", multiple), ("vocabulary_min", vocabulary_min)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    multiple = check_scalar(multiple, "multiple", int, min_val=1)
+    vocabulary_min = check_scalar(vocabulary_min, "vocabulary_min", int, min_val=1)
     issues = TensorCoreAudit()
     for name, module in model.named_modules():
         for setting, size, what in _sizes(module):

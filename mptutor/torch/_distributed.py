@@ -1,8 +1,8 @@
 """Run functions in a few ``torch.distributed`` processes on one machine, and clean up.
 
-The plumbing behind the several-processes notebook::
+The plumbing behind the several-processes notebook, used through :mod:`mptutor.torch`::
 
-    from mptutor._torch_distributed import Workers, launch
+    from mptutor.torch import Workers, launch
 
     run = launch("workers.py:train", 100)   # train(rank, world_size, device, 100) in 2 processes
     run.results[0], run.results[1]          # what each rank returned
@@ -50,7 +50,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mptutor import hardware
+from mptutor.checks import check_scalar
+from mptutor.torch import _device
 
 __all__ = ["DistributedRun", "WorkerError", "Workers", "choose_backend", "launch"]
 
@@ -107,11 +108,11 @@ def choose_backend(world_size: int = 2) -> str:
     -------
     str
         ``"nccl"`` when NCCL is available and there is one CUDA GPU per process (and
-        ``MPTUTOR_DEVICE=cpu`` is not set), else ``"gloo"`` (CPU tensors).
+        :func:`mptutor.torch.device` is ``"cuda"``: ``MPTUTOR_DEVICE=cpu`` is not set), else
+        ``"gloo"`` (CPU tensors).
     """
     if (
-        hardware.has_gpu()
-        and torch.cuda.is_available()
+        _device.device() == "cuda"
         and torch.cuda.device_count() >= world_size
         and dist.is_nccl_available()
     ):
@@ -220,12 +221,6 @@ def _stop(processes: list[Any], grace: float = 5.0) -> None:
             p.join()
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 class Workers:
     """A set of ``world_size`` processes in one process group, kept for several calls.
 
@@ -247,6 +242,9 @@ class Workers:
 
     Raises
     ------
+    TypeError
+        For a world size or thread count that is not an integer, or a timeout that is not a
+        number.
     ValueError
         For a world size, thread count, timeout or backend out of range.
     """
@@ -258,11 +256,11 @@ class Workers:
         timeout: float = 300.0,
         threads: int = 1,
     ) -> None:
-        self.world_size = _positive_int("world_size", world_size)
-        self.threads = _positive_int("threads", threads)
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.timeout = float(timeout)
+        self.world_size = check_scalar(world_size, "world_size", int, min_val=1)
+        self.threads = check_scalar(threads, "threads", int, min_val=1)
+        self.timeout = check_scalar(
+            timeout, "timeout", float, min_val=0, include_boundaries="neither"
+        )
         self.backend = choose_backend(world_size) if backend is None else backend
         if self.backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")

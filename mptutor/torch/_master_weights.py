@@ -1,24 +1,15 @@
-"""PyTorch helpers: FP32 master weights, loss scaling, BatchNorm in FP32.
+"""FP32 master weights for an FP16/BF16 model: the talk's three functions and the optimizer.
 
-Use it the d2l way (this module imports PyTorch)::
-
-    from mptutor import torch as mpt
-
-The notebooks write each mechanism out by hand first; these helpers are the tested versions of
-the same code, named after the functions of the GTC 2018 talk "Training Neural Networks with
-Mixed Precision" (``prep_param_lists``, ``model_grads_to_master_grads``,
-``master_params_to_model_params``, ``BN_convert_float``) and bundled in
-:class:`MasterWeightOptimizer`. For everyday training prefer PyTorch's own
-``torch.autocast`` with ``torch.amp.GradScaler`` (notebook 6).
+:func:`prep_param_lists`, :func:`model_grads_to_master_grads` and
+:func:`master_params_to_model_params` are named after the functions of the GTC 2018 talk
+"Training Neural Networks with Mixed Precision"; :class:`MasterWeightOptimizer` bundles them
+with loss scaling, skipped steps, clipping and checkpoints.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +19,20 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from mptutor.atomic import atomic_path
 from mptutor.checks import optional_positive
-from mptutor.gradients import GradientStats, gradient_stats
-from mptutor.scaling import DynamicLossScaler, StaticLossScaler
+from mptutor.scaling import DynamicLossScaler, LossScaler
 
 __all__ = [
     "LOW_PRECISION_DTYPES",
     "prep_param_lists",
     "model_grads_to_master_grads",
     "master_params_to_model_params",
-    "bn_to_float",
-    "network_to_half",
-    "gradients_stats",
     "MasterWeightOptimizer",
-    "count_host_syncs",
-    "is_tensor_core_kernel",
-    "tensor_core_kernels",
-    "KernelRecord",
 ]
 
 #: Parameter dtypes that :class:`MasterWeightOptimizer` keeps an FP32 master copy of.
 LOW_PRECISION_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
 
-LossScaler = DynamicLossScaler | StaticLossScaler
+OptimizerOrFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer] | torch.optim.Optimizer
 
 
 def _trainable(model: nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -144,10 +127,18 @@ def master_params_to_model_params(
 
     Parameters
     ----------
-    model_params, master_params : sequence of torch.Tensor
-        As returned by :func:`prep_param_lists`.
+    model_params : sequence of torch.Tensor
+        The model's parameters, overwritten in place (the first list of
+        :func:`prep_param_lists`).
+    master_params : sequence of torch.Tensor
+        The FP32 master weights to copy from (its second list).
     flat_master : bool, optional
-        Whether ``master_params`` is a single flat tensor.
+        Whether ``master_params`` holds one flat tensor for all the parameters.
+
+    Raises
+    ------
+    ValueError
+        If the two lists differ in length (without ``flat_master``).
     """
     if flat_master:
         pieces = _unflatten_dense_tensors(master_params[0].detach(), list(model_params))
@@ -159,64 +150,6 @@ def master_params_to_model_params(
             f"{len(model_params)} model parameters but {len(master_params)} master parameters"
         )
     torch._foreach_copy_(list(model_params), [m.detach() for m in master_params])
-
-
-def bn_to_float(module: nn.Module) -> nn.Module:
-    """Convert every BatchNorm layer of a module to FP32 in place (the talk's ``BN_convert_float``).
-
-    BatchNorm reduces over the batch to compute its statistics; in FP32 those sums keep their
-    precision. PyTorch's BatchNorm accepts FP16 input with FP32 parameters.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        Any module; its BatchNorm descendants (and itself, if it is one) are converted.
-
-    Returns
-    -------
-    torch.nn.Module
-        The same module.
-    """
-    for sub in module.modules():
-        if isinstance(sub, nn.modules.batchnorm._BatchNorm):
-            sub.float()
-    return module
-
-
-def network_to_half(module: nn.Module) -> nn.Module:
-    """Convert a module to FP16 except its BatchNorm layers, which stay FP32 (in place).
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        The network.
-
-    Returns
-    -------
-    torch.nn.Module
-        The same module, ready for FP16 inputs.
-    """
-    return bn_to_float(module.half())
-
-
-def gradients_stats(model: nn.Module | Iterable[torch.Tensor], fmt: Any = "fp16") -> GradientStats:
-    """Statistics of the gradients currently stored in a model's parameters.
-
-    Parameters
-    ----------
-    model : torch.nn.Module or iterable of torch.Tensor
-        The model, or its parameters (those without a gradient are ignored).
-    fmt : str or dtype, optional
-        The format to measure against (see :func:`mptutor.formats.get`).
-
-    Returns
-    -------
-    GradientStats
-        Zeros, infs/NaNs, values that would underflow or overflow in ``fmt``, exponents.
-    """
-    params = model.parameters() if isinstance(model, nn.Module) else model
-    grads = [p.grad.detach().float().cpu().numpy() for p in params if p.grad is not None]
-    return gradient_stats(grads, fmt)
 
 
 class MasterWeightOptimizer:
@@ -237,10 +170,11 @@ class MasterWeightOptimizer:
         on the model's parameters with no state yet; its parameters are swapped for the masters.
     model : torch.nn.Module
         The model; at least one trainable parameter must be FP16 or BF16.
-    loss_scaler : DynamicLossScaler or StaticLossScaler, optional
-        Decides the scale; a :class:`~mptutor.scaling.DynamicLossScaler` with PyTorch's defaults
-        when omitted.
-    clip_grad_norm : float, optional
+    loss_scaler : mptutor.scaling.LossScaler, optional
+        Decides the scale (a :class:`~mptutor.scaling.DynamicLossScaler`,
+        :class:`~mptutor.scaling.StaticLossScaler` or anything with their protocol); a
+        ``DynamicLossScaler`` with PyTorch's defaults when omitted.
+    clip_norm : float, optional
         Clip the global norm of the unscaled FP32 gradients to this value before each step.
     flat_master : bool, optional
         Keep the master weights as one flat FP32 tensor.
@@ -249,16 +183,18 @@ class MasterWeightOptimizer:
     ------
     ValueError
         If the model has no trainable parameter, all of them are FP32 (nothing to keep a
-        master copy of: convert with :func:`network_to_half`, or use ``torch.autocast``),
-        ``clip_grad_norm`` is not a positive finite number, or the optimizer already has state
-        or holds tensors that are not the model's parameters.
+        master copy of: convert with :func:`mptutor.torch.network_to_half`, or use
+        ``torch.autocast``), ``clip_norm`` is not a positive finite number, or the optimizer
+        already has state or holds tensors that are not the model's parameters.
     TypeError
         If ``optimizer`` is neither callable nor an optimizer.
 
     Examples
     --------
-    >>> model = network_to_half(torch.nn.Linear(8, 4))
-    >>> opt = MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=0.1), model)
+    >>> import torch
+    >>> from mptutor import torch as mpt
+    >>> model = mpt.network_to_half(torch.nn.Linear(8, 4))
+    >>> opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=0.1), model)
     >>> loss = model(torch.randn(2, 8, dtype=torch.half)).float().pow(2).mean()
     >>> opt.backward(loss)
     >>> opt.step()
@@ -267,10 +203,10 @@ class MasterWeightOptimizer:
 
     def __init__(
         self,
-        optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | torch.optim.Optimizer,
+        optimizer: OptimizerOrFactory,
         model: nn.Module,
         loss_scaler: LossScaler | None = None,
-        clip_grad_norm: float | None = None,
+        clip_norm: float | None = None,
         flat_master: bool = False,
     ) -> None:
         model_params = _trainable(model)
@@ -282,23 +218,20 @@ class MasterWeightOptimizer:
                 "keeps FP32 master copies of float16/bfloat16 weights, so convert the model first "
                 "(mptutor.torch.network_to_half(model)) or train it in FP32 with torch.autocast"
             )
-        clip_grad_norm = optional_positive("clip_grad_norm", clip_grad_norm)
+        clip_norm = optional_positive("clip_norm", clip_norm)
         self.model = model
         self.flat_master = flat_master
         self.model_params, self.master_params = prep_param_lists(model_params, flat_master)
         self.loss_scaler: LossScaler = (
             loss_scaler if loss_scaler is not None else DynamicLossScaler()
         )
-        self.clip_grad_norm = clip_grad_norm
+        self.clip_norm = clip_norm
         self.optimizer = self._attach(optimizer)
         device = self.master_params[0].device
         self._found_inf = torch.zeros(1, device=device)
         self._inv_scale = torch.ones(1, device=device)
 
-    def _attach(
-        self,
-        optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | torch.optim.Optimizer,
-    ) -> torch.optim.Optimizer:
+    def _attach(self, optimizer: OptimizerOrFactory) -> torch.optim.Optimizer:
         if isinstance(optimizer, torch.optim.Optimizer):
             if optimizer.state:
                 raise ValueError(
@@ -390,8 +323,8 @@ class MasterWeightOptimizer:
         found_inf = bool(self._found_inf.item())  # the one host sync of the step
         take = self.loss_scaler.update(found_inf)
         if take:
-            if self.clip_grad_norm is not None:
-                nn.utils.clip_grad_norm_(self.master_params, self.clip_grad_norm, foreach=True)
+            if self.clip_norm is not None:
+                nn.utils.clip_grad_norm_(self.master_params, self.clip_norm, foreach=True)
             self.optimizer.step()
             master_params_to_model_params(self.model_params, self.master_params, self.flat_master)
         self.zero_grad()
@@ -480,172 +413,3 @@ class MasterWeightOptimizer:
             raise FileNotFoundError(f"no checkpoint at {path}")
         state = torch.load(path, map_location=self.master_params[0].device, weights_only=True)
         self.load_state_dict(state)
-
-
-# --- Tensor Core kernels ----------------------------------------------------------------------
-
-# MMA instruction shapes in cuBLAS/cuDNN kernel names: Volta "884", Turing "1688",
-# Ampere and later "16816" (also 1684, 16832 and int8 8816/8832), as in "s884gemm", "h1688gemm".
-_MMA_SHAPE = re.compile(r"[a-z](884|1688|1684|16816|16832|8816|8832)(gemm|cudnn|_|$)")
-# Names that say "Tensor Core" outright: CUTLASS tensorop/wmma, Hopper warpgroup MMA, xmma tiles.
-_TC_WORDS = ("tensorop", "wmma", "wgmma", "gmma", "hmma", "imma", "tensor16x8", "tensor8x8")
-# Low-precision operand types in GEMM/convolution kernel names (xmma, cutlass, cudnn, sm80+).
-_TC_TYPES = re.compile(
-    r"(?<![a-z])(b?f16|tf32|e4m3|e5m2|fp8|s8|i8)(?![0-9])|(?<=[0-9x_])(b?f16|tf32)"
-)
-_GEMM_LIKE = ("gemm", "xmma", "conv", "fprop", "dgrad", "wgrad", "nvjet", "cutlass")
-# cuBLAS "nvjet" kernels (Hopper and later) spell the types as letters: nvjet_hsh_..., nvjet_tst_...
-_NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3,5})_")
-
-
-def is_tensor_core_kernel(name: str) -> bool:
-    """Whether a CUDA kernel name denotes a Tensor Core kernel.
-
-    Recognises the naming of cuBLAS, cuDNN and CUTLASS kernels across generations: MMA shapes
-    (Volta ``884``, Turing ``1688``, Ampere ``16816``), ``tensorop``/``wmma``/``wgmma`` words,
-    ``sm80``/``sm90`` xmma kernels with FP16/BF16/TF32/FP8/INT8 operands, and Hopper's ``nvjet``
-    kernels whose type letters include ``h`` (FP16), ``b`` (BF16), ``t`` (TF32) or ``q``/``e``
-    (FP8). Plain FP32 kernels (``sgemm``, ``f32f32_f32f32``, ``ffma``, ``nvjet_sss``) and
-    element-wise kernels are not Tensor Core kernels.
-
-    Parameters
-    ----------
-    name : str
-        The kernel name as the profiler reports it.
-
-    Returns
-    -------
-    bool
-        ``True`` for a Tensor Core kernel.
-    """
-    low = name.lower()
-    if _MMA_SHAPE.search(low) or any(word in low for word in _TC_WORDS):
-        return True
-    if not any(word in low for word in _GEMM_LIKE):
-        return False
-    nvjet = _NVJET.search(low)
-    if nvjet:
-        return "tf32" in low or any(c in nvjet.group(1) for c in "hbtqe")
-    if "ffma" in low:
-        return False
-    return bool(_TC_TYPES.search(low))
-
-
-@dataclass(frozen=True)
-class KernelRecord:
-    """One CUDA kernel seen by the profiler.
-
-    Attributes
-    ----------
-    name : str
-        Kernel name.
-    calls : int
-        Launches.
-    cuda_time_us : float
-        Total device time in microseconds.
-    tensor_core : bool
-        :func:`is_tensor_core_kernel` of the name.
-    """
-
-    name: str
-    calls: int
-    cuda_time_us: float
-    tensor_core: bool
-
-
-def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[KernelRecord]:
-    """Run ``fn`` under the PyTorch profiler and list the CUDA kernels it launched.
-
-    Parameters
-    ----------
-    fn : callable
-        Called with no arguments; it should launch the GPU work to inspect.
-    warmup : int, optional
-        Unprofiled calls first (so that cuDNN autotuning and lazy initialisation are not
-        profiled).
-
-    Returns
-    -------
-    list of KernelRecord
-        Kernels by descending device time, each marked Tensor Core or not.
-
-    Raises
-    ------
-    RuntimeError
-        If no CUDA GPU is available: Tensor Cores exist only there.
-    """
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            "tensor_core_kernels needs a CUDA GPU: Tensor Cores are GPU units, and a CPU run "
-            "launches no CUDA kernels to inspect"
-        )
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    totals: dict[str, list[float]] = {}
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        entry = totals.setdefault(event.name, [0, 0.0])
-        entry[0] += 1
-        entry[1] += event.device_time_total
-    records = [
-        KernelRecord(name, int(calls), float(us), is_tensor_core_kernel(name))
-        for name, (calls, us) in totals.items()
-        if not name.startswith(("Memcpy", "Memset", "[memory]"))
-    ]
-    return sorted(records, key=lambda r: -r.cuda_time_us)
-
-
-def count_host_syncs(fn: Callable[[], Any]) -> int:
-    """Count the times ``fn`` makes the host wait for the GPU (``torch.cuda.set_sync_debug_mode``).
-
-    Parameters
-    ----------
-    fn : callable
-        Called once with no arguments, after the device has been synchronised.
-
-    Returns
-    -------
-    int
-        The synchronising calls PyTorch reported (``.item()``, ``.cpu()``, ...).
-
-    Raises
-    ------
-    RuntimeError
-        If no CUDA GPU is available: on a CPU there is no device to wait for.
-    """
-    if not torch.cuda.is_available():
-        raise RuntimeError("count_host_syncs needs a CUDA GPU: a CPU run has no device to wait for")
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
-
-
-# --- debugging helpers (find_nonfinite, tensor_core_audit), kept in their own module ----------
-from mptutor._torch_debugging import (  # noqa: E402
-    NonFiniteRecord,
-    ShapeIssue,
-    TensorCoreAudit,
-    find_nonfinite,
-    tensor_core_audit,
-)
-
-__all__ += [
-    "find_nonfinite",
-    "NonFiniteRecord",
-    "tensor_core_audit",
-    "TensorCoreAudit",
-    "ShapeIssue",
-]

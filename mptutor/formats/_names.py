@@ -1,0 +1,89 @@
+"""One vocabulary for dtypes: every spelling of the known formats, and the dtype of anything.
+
+:data:`FORMATS` is the one table of the formats' names and spellings; :func:`dtype_name` and
+:func:`mptutor.formats.get` both read it, so every spelling one understands the other does too.
+Framework dtypes (``torch.float16``, ``tf.bfloat16``, MXNet's bfloat16) are recognised by their
+names and attributes: no framework is imported here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+#: The known formats, widest first: short name, the NumPy (or ml_dtypes) type that stores it,
+#: and its other spellings besides the short name and NumPy's name of the dtype. ``"float"``
+#: and ``"single"`` mean float32, as in the deep-learning frameworks (``torch.float``).
+FORMATS: tuple[tuple[str, type, tuple[str, ...]], ...] = (
+    ("fp32", np.float32, ("float", "single")),
+    ("fp16", np.float16, ("half",)),
+    ("bf16", ml_dtypes.bfloat16, ()),
+    ("fp8_e4m3", ml_dtypes.float8_e4m3fn, ("e4m3",)),
+    ("fp8_e5m2", ml_dtypes.float8_e5m2, ("e5m2",)),
+)
+
+#: Every spelling of a known format, normalised (lower case, ``_`` for ``-``), to NumPy's name
+#: of its dtype: ``"half"``, ``"fp16"`` and ``"float16"`` all to ``"float16"``.
+SPELLINGS: dict[str, str] = {
+    spelling: np.dtype(kind).name
+    for short, kind, others in FORMATS
+    for spelling in (short, np.dtype(kind).name, *others)
+}
+
+
+def _spelled(text: str) -> str:
+    """NumPy's name for a spelling of a known format; any other text unchanged."""
+    return SPELLINGS.get(text.strip().lower().replace("-", "_"), text)
+
+
+def _numpy_name(dtype: np.dtype) -> str:
+    return dtype.names[0] if dtype.names else dtype.name  # MXNet's bfloat16 is a record
+
+
+def dtype_name(x: Any) -> str:
+    """One spelling for the dtype of a tensor or a dtype of any library: ``"float16"``, ...
+
+    Parameters
+    ----------
+    x : object
+        A tensor or array (PyTorch, TensorFlow, NumPy, MXNet, Keras), a dtype of one of them, or
+        a dtype's name. Nothing is imported: dtypes are recognised by their names and attributes.
+
+    Returns
+    -------
+    str
+        The dtype's name as NumPy spells it, e.g. ``"float16"``, ``"bfloat16"``, ``"int64"``.
+        A name is returned as NumPy spells that format when it is a spelling of a known format
+        (``"half"`` and ``"fp16"`` give ``"float16"``), and as given otherwise (a Keras policy
+        name such as ``"mixed_float16"`` stays).
+
+    Raises
+    ------
+    TypeError
+        If ``x`` neither is nor has a dtype.
+
+    Examples
+    --------
+    >>> dtype_name(np.ones(2, np.float16)), dtype_name("bf16"), dtype_name(np.float32)
+    ('float16', 'bfloat16', 'float32')
+    """
+    if isinstance(x, str):
+        return _spelled(x)
+    kind = type(x)
+    if kind.__module__ == "torch" and kind.__name__ == "dtype":
+        return str(x).removeprefix("torch.")
+    if hasattr(x, "as_numpy_dtype") and isinstance(getattr(x, "name", None), str):
+        return x.name  # tf.DType
+    if isinstance(x, np.dtype) or (isinstance(x, type) and issubclass(x, np.generic)):
+        return _numpy_name(np.dtype(x))
+    if hasattr(x, "dtype") and not isinstance(x, type):
+        return dtype_name(x.dtype)
+    if x is None:
+        raise TypeError("None is not a dtype and has no dtype")
+    try:
+        dtype = np.dtype(x)
+    except TypeError:
+        raise TypeError(f"{x!r} is not a dtype and has no dtype") from None
+    return _numpy_name(dtype)

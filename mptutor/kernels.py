@@ -1,0 +1,116 @@
+"""Which CUDA kernels ran on Tensor Cores, told from their names alone.
+
+Framework-free: a profiler (PyTorch's, Nsight Systems, TensorFlow's) reports kernel names, and
+those names say whether a kernel used Tensor Cores. :func:`is_tensor_core_kernel` reads them;
+:class:`KernelRecord` is one kernel as :func:`mptutor.torch.tensor_core_kernels` reports it.
+
+Examples
+--------
+>>> from mptutor import kernels
+>>> kernels.is_tensor_core_kernel("volta_h884gemm_64x64_ldg8_nn")
+True
+>>> kernels.is_tensor_core_kernel("ampere_sgemm_128x64_nn")
+False
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["KernelRecord", "is_tensor_core_kernel"]
+
+# MMA instruction shapes in cuBLAS/cuDNN kernel names: Volta "884", Turing "1688",
+# Ampere and later "16816" (also 1684, 16832 and int8 8816/8832), as in "s884gemm", "h1688gemm".
+_MMA_SHAPE = re.compile(r"[a-z](884|1688|1684|16816|16832|8816|8832)(gemm|cudnn|_|$)")
+# Names that say "Tensor Core" outright: CUTLASS tensorop/wmma, Hopper warpgroup MMA, xmma tiles.
+_TC_WORDS = ("tensorop", "wmma", "wgmma", "gmma", "hmma", "imma", "tensor16x8", "tensor8x8")
+# Low-precision operand types in GEMM/convolution kernel names (xmma, cutlass, cudnn, sm80+).
+_TC_TYPES = re.compile(
+    r"(?<![a-z])(b?f16|tf32|e4m3|e5m2|fp8|s8|i8)(?![0-9])|(?<=[0-9x_])(b?f16|tf32)"
+)
+_GEMM_LIKE = ("gemm", "xmma", "conv", "fprop", "dgrad", "wgrad", "nvjet", "cutlass")
+# cuBLAS "nvjet" kernels (Hopper and later) spell the types as letters: nvjet_hsh_..., nvjet_tst_...
+_NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3,5})_")
+
+
+def is_tensor_core_kernel(name: str) -> bool:
+    """Whether a CUDA kernel name denotes a Tensor Core kernel.
+
+    Recognises the naming of cuBLAS, cuDNN and CUTLASS kernels across generations: MMA shapes
+    (Volta ``884``, Turing ``1688``, Ampere ``16816``), ``tensorop``/``wmma``/``wgmma`` words,
+    ``sm80``/``sm90`` xmma kernels with FP16/BF16/TF32/FP8/INT8 operands, and Hopper's ``nvjet``
+    kernels whose type letters include ``h`` (FP16), ``b`` (BF16), ``t`` (TF32) or ``q``/``e``
+    (FP8). Plain FP32 kernels (``sgemm``, ``f32f32_f32f32``, ``ffma``, ``nvjet_sss``) and
+    element-wise kernels are not Tensor Core kernels.
+
+    Parameters
+    ----------
+    name : str
+        The kernel name as the profiler reports it.
+
+    Returns
+    -------
+    bool
+        ``True`` for a Tensor Core kernel.
+
+    Raises
+    ------
+    TypeError
+        If ``name`` is not a string.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a kernel name (str), got {type(name).__name__}")
+    low = name.lower()
+    if _MMA_SHAPE.search(low) or any(word in low for word in _TC_WORDS):
+        return True
+    if not any(word in low for word in _GEMM_LIKE):
+        return False
+    nvjet = _NVJET.search(low)
+    if nvjet:
+        return "tf32" in low or any(c in nvjet.group(1) for c in "hbtqe")
+    if "ffma" in low:
+        return False
+    return bool(_TC_TYPES.search(low))
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One CUDA kernel seen by a profiler, with its Tensor Core verdict.
+
+    Attributes
+    ----------
+    name : str
+        Kernel name.
+    calls : int
+        Launches.
+    cuda_time_us : float
+        Total device time in microseconds.
+    tensor_core : bool
+        :func:`is_tensor_core_kernel` of the name.
+    """
+
+    name: str
+    calls: int
+    cuda_time_us: float
+    tensor_core: bool
+
+    @classmethod
+    def from_name(cls, name: str, calls: int, cuda_time_us: float) -> KernelRecord:
+        """Make a record whose ``tensor_core`` verdict is read from the name.
+
+        Parameters
+        ----------
+        name : str
+            The kernel name as the profiler reports it.
+        calls : int
+            How often it was launched (converted to ``int``).
+        cuda_time_us : float
+            Its device time summed over the launches, in microseconds (converted to ``float``).
+
+        Returns
+        -------
+        KernelRecord
+            The record, with ``tensor_core = is_tensor_core_kernel(name)``.
+        """
+        return cls(name, int(calls), float(cuda_time_us), is_tensor_core_kernel(name))

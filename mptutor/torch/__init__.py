@@ -1,0 +1,90 @@
+"""PyTorch helpers: FP32 master weights, loss scaling, BatchNorm in FP32, debugging, profiling.
+
+Use it the d2l way (this package imports PyTorch; ``import mptutor`` does not)::
+
+    from mptutor import torch as mpt
+
+    model = mpt.network_to_half(model).to(mpt.device())
+
+The notebooks write each mechanism out by hand first; these helpers are the tested versions of
+the same code, named after the functions of the GTC 2018 talk "Training Neural Networks with
+Mixed Precision" (``prep_param_lists``, ``model_grads_to_master_grads``,
+``master_params_to_model_params``, ``BN_convert_float``) and bundled in
+:class:`MasterWeightOptimizer`. For everyday training prefer PyTorch's own ``torch.autocast``
+with ``torch.amp.GradScaler`` (notebook 05).
+
+This file only gathers the public names. The code lives in private modules, one per job:
+
+``_device``
+    :func:`device`: ``"cuda"`` or ``"cpu"``, honouring ``MPTUTOR_DEVICE``.
+``_master_weights``
+    :func:`prep_param_lists`, :func:`model_grads_to_master_grads`,
+    :func:`master_params_to_model_params`, :class:`MasterWeightOptimizer`.
+``_conversion``
+    :func:`bn_to_float`, :func:`network_to_half`.
+``_gradients``
+    :func:`gradient_stats` of a model's ``.grad`` (the PyTorch side of
+    :mod:`mptutor.gradients`).
+``_profiling``
+    :func:`tensor_core_kernels` (kernel names judged by :mod:`mptutor.kernels`) and
+    :func:`count_host_syncs`; both need a CUDA GPU.
+``_debugging``
+    :func:`find_nonfinite` (the first layer that produced an inf or NaN) and
+    :func:`tensor_core_audit` (layer sizes that keep FP16/BF16 GEMMs off Tensor Cores).
+``_distributed``
+    :class:`Workers` and :func:`launch`: functions run in a few ``torch.distributed``
+    processes on one machine (notebook 08).
+
+Timing, the TF32 switch, GEMM sweeps and training-step measurements are in
+:mod:`mptutor.torch_perf`.
+"""
+
+from mptutor.torch._conversion import bn_to_float, network_to_half
+from mptutor.torch._debugging import (
+    NonFiniteRecord,
+    ShapeIssue,
+    TensorCoreAudit,
+    find_nonfinite,
+    tensor_core_audit,
+)
+from mptutor.torch._device import device
+from mptutor.torch._distributed import (
+    DistributedRun,
+    WorkerError,
+    Workers,
+    choose_backend,
+    launch,
+)
+from mptutor.torch._gradients import gradient_stats
+from mptutor.torch._master_weights import (
+    LOW_PRECISION_DTYPES,
+    MasterWeightOptimizer,
+    master_params_to_model_params,
+    model_grads_to_master_grads,
+    prep_param_lists,
+)
+from mptutor.torch._profiling import count_host_syncs, tensor_core_kernels
+
+__all__ = [
+    "device",
+    "LOW_PRECISION_DTYPES",
+    "prep_param_lists",
+    "model_grads_to_master_grads",
+    "master_params_to_model_params",
+    "MasterWeightOptimizer",
+    "bn_to_float",
+    "network_to_half",
+    "gradient_stats",
+    "tensor_core_kernels",
+    "count_host_syncs",
+    "find_nonfinite",
+    "NonFiniteRecord",
+    "tensor_core_audit",
+    "TensorCoreAudit",
+    "ShapeIssue",
+    "Workers",
+    "launch",
+    "DistributedRun",
+    "WorkerError",
+    "choose_backend",
+]
