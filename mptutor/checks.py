@@ -16,11 +16,16 @@ __all__ = ["check_scalar", "optional_positive"]
 _BOUNDARIES = ("both", "left", "right", "neither")
 
 
+def _bound(value: float) -> str:
+    # integers in full (2147483647, not 2.14748e+09), other numbers short
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**63 else f"{value:g}"
+
+
 def _interval(min_val: float | None, max_val: float | None, include: str) -> str:
     left = "[" if include in ("both", "left") else "("
     right = "]" if include in ("both", "right") else ")"
-    low = "-inf" if min_val is None else f"{min_val:g}"
-    high = "inf" if max_val is None else f"{max_val:g}"
+    low = "-inf" if min_val is None else _bound(min_val)
+    high = "inf" if max_val is None else _bound(max_val)
     return f"{left}{low}, {high}{right}"
 
 

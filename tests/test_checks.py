@@ -48,3 +48,8 @@ def test_check_scalar_boundaries():
         check_scalar(None, "x")
     with pytest.raises(ValueError, match="include_boundaries must be one of"):
         check_scalar(1, "x", include_boundaries="inside")
+
+
+def test_check_scalar_prints_integer_bounds_in_full():
+    with pytest.raises(ValueError, match=r"count must be in \[0, 2147483647\], got 2147483648"):
+        check_scalar(2**31, "count", int, min_val=0, max_val=2**31 - 1)
