@@ -1,15 +1,19 @@
-"""mptutor.mxnet on a CPU with tiny inputs; one test marked `gpu` runs the float16 path.
+"""mptutor.mxnet's networks, loaders, training loop and checkpoints, on a CPU with tiny inputs.
 
 MXNet has no float16 matrix products on a CPU, so float16 networks cannot run here; what can
 is tested: the float32 pipeline, the checks that refuse float16 on a CPU, the multi_precision
 optimizer on float16 parameters (an elementwise update), master-weight checkpoints, and
 bfloat16 AMP (in a subprocess, because amp.init changes MXNet for the rest of the process).
+One test marked `gpu` runs the float16 path. The context and dtype checks, the optimizer
+survey and the loss-scaled step have files of their own: test_mxnet_context.py,
+test_mxnet_optimizers.py and test_mxnet_loss_scaling.py.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import random
+import pkgutil
 import shutil
 import subprocess
 import sys
@@ -99,76 +103,12 @@ def loaders(folders) -> mmx.Loaders:
     return mmx.image_folder_loaders(*folders, image_size=12, batch_size=16)
 
 
-# --------------------------------------------------------------------------------------------
-# Context and types
-
-
-def test_import_mptutor_does_not_import_mxnet():
-    probe = "import sys, mptutor; print('mxnet' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-
-
-def test_default_context_is_the_cpu_here(monkeypatch):
-    if mx.context.num_gpus() == 0:
-        assert mmx.default_context() == CPU
-    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
-    assert mmx.default_context() == CPU
-
-
-def test_default_context_follows_mptutor_device(monkeypatch):
-    monkeypatch.setenv("MPTUTOR_DEVICE", "sometimes")
-    with pytest.raises(ValueError, match="MPTUTOR_DEVICE must be 'cpu' or 'cuda'"):
-        mmx.default_context()
-    monkeypatch.setenv("MPTUTOR_DEVICE", "cuda")
-    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 0)
-    with pytest.raises(RuntimeError, match="sees none: install a CUDA build"):
-        mmx.default_context()
-
-
-def test_pick_asks_mxnet(monkeypatch):
-    assert mmx.pick(cpu=1, gpu=2, ctx=CPU) == 1
-    assert mmx.pick(cpu=1, gpu=2, ctx=mx.gpu(0)) == 2  # a Context, no GPU needed
-    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
-    assert mmx.pick(cpu="small", gpu="full") == "small"
-    monkeypatch.delenv("MPTUTOR_DEVICE")
-    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 1)
-    assert mmx.pick(cpu="small", gpu="full") == "full"
-    with pytest.raises(TypeError, match="mx.cpu"):
-        mmx.pick(1, 2, ctx="gpu")
-
-
-def test_check_dtype():
-    assert mmx.check_dtype("fp16") == "float16"
-    assert mmx.check_dtype(np.float32, CPU) == "float32"
-    assert mmx.check_dtype("BF16", CPU) == "bfloat16"
-    assert mmx.check_dtype("float16", mx.gpu(0)) == "float16"  # a Context, no GPU needed
-    with pytest.raises(ValueError, match="'int8' is not supported; use one of float32, float16"):
-        mmx.check_dtype("int8")
-    with pytest.raises(ValueError, match="no float16 matrix products on a CPU") as info:
-        mmx.check_dtype("float16", CPU)
-    assert "bfloat16" in str(info.value) and "GPU" in str(info.value)
-    with pytest.raises(ValueError, match="CPUs only"):
-        mmx.check_dtype("bfloat16", mx.gpu(0))
-
-
-def test_seed():
-    draws = []
-    for _ in range(2):
-        mmx.seed(3)
-        legacy = np.random.rand()  # noqa: NPY002 - the global state DataLoader shuffles with
-        draws.append((random.random(), legacy, float(mx.nd.random.uniform().asscalar())))
-    assert draws[0] == draws[1]
-    with pytest.raises(ValueError, match="seed=-1"):
-        mmx.seed(-1)
-
-
 def test_round_up():
     assert [mmx.round_up(n) for n in (1, 8, 9, 101, 102)] == [8, 8, 16, 104, 104]
     assert mmx.round_up(10, 1) == 10
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match=r"value must be in \[1, inf\], got 0"):
         mmx.round_up(0)
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(TypeError, match="multiple must be an int, got 2.0"):
         mmx.round_up(8, 2.0)
 
 
@@ -198,8 +138,10 @@ def test_get_network_float32():
 def test_get_network_errors():
     with pytest.raises(ValueError, match="unknown network 'resnet51_v2'; known names: alexnet"):
         mmx.get_network("resnet51_v2", 10, ctx=CPU)
-    with pytest.raises(ValueError, match="classes=0"):
+    with pytest.raises(ValueError, match=r"classes must be in \[1, inf\], got 0"):
         mmx.get_network("resnet18_v2", 0, ctx=CPU)
+    with pytest.raises(TypeError, match="classes_multiple must be an int"):
+        mmx.get_network("resnet18_v2", 10, ctx=CPU, classes_multiple=8.0)
     with pytest.raises(ValueError, match="dtype='float64' is not supported"):
         mmx.get_network("resnet18_v2", 10, "float64", ctx=CPU)
     with pytest.raises(ValueError, match="no float16 matrix products on a CPU"):
@@ -265,8 +207,12 @@ def test_image_folder_loaders_errors(tmp_path, folders):
     empty.mkdir()
     with pytest.raises(ValueError, match="no class sub-folders"):
         mmx.image_folder_loaders(train, empty)
-    for bad in ({"batch_size": 0}, {"image_size": 7.5}, {"num_workers": -1}):
-        with pytest.raises(ValueError, match="give an int"):
+    for bad in ({"batch_size": 0}, {"num_workers": -1}, {"resize": 0}):
+        (name, value), *_ = bad.items()
+        with pytest.raises(ValueError, match=f"{name} must be in .*, got {value}"):
+            mmx.image_folder_loaders(train, test, **bad)
+    for bad in ({"image_size": 7.5}, {"batch_size": True}):
+        with pytest.raises(TypeError, match=f"{next(iter(bad))} must be an int"):
             mmx.image_folder_loaders(train, test, **bad)
 
 
@@ -383,8 +329,10 @@ def test_progress_bar(loaders, capsys):
 
 def test_train_errors(loaders):
     net = _tiny_net()
-    for epochs in (0, 1.5, True):
-        with pytest.raises(ValueError, match="epochs="):
+    with pytest.raises(ValueError, match=r"epochs must be in \[1, inf\], got 0"):
+        mmx.train(net, loaders.train, loaders.test, epochs=0, progress=False)
+    for epochs in (1.5, True):
+        with pytest.raises(TypeError, match="epochs must be an int"):
             mmx.train(net, loaders.train, loaders.test, epochs=epochs, progress=False)
     with pytest.raises(ValueError, match="no float16 matrix products on a CPU"):
         mmx.train(net, loaders.train, loaders.test, 1, dtype="float16", progress=False)
@@ -401,8 +349,38 @@ def test_train_errors(loaders):
         mmx.train(half, loaders.train, loaders.test, 1, progress=False)
     with pytest.raises(RuntimeError, match="needs MXNet AMP"):
         mmx.make_trainer(net, "bfloat16")
-    with pytest.raises(ValueError, match="learning_rate"):
+    with pytest.raises(ValueError, match=r"learning_rate must be in \(0, inf\), got -1.0"):
         mmx.make_trainer(net, learning_rate=-1.0)
+    with pytest.raises(ValueError, match="'float64' is not supported"):
+        mmx.make_trainer(net, "float64")
+
+
+def _private_modules():
+    return [
+        importlib.import_module(f"mptutor.mxnet.{m.name}")
+        for m in pkgutil.iter_modules(mmx.__path__)
+    ]
+
+
+def test_train_checks_dtype_once_per_call(loaders, monkeypatch):
+    """train() checks dtype at its entry, not again in make_trainer or in each epoch's test."""
+    calls = []
+    real = mmx.check_dtype
+
+    def counting(dtype, ctx=None):
+        calls.append(dtype)
+        return real(dtype, ctx)
+
+    patched = [m for m in _private_modules() if getattr(m, "check_dtype", None) is real]
+    assert len(patched) >= 3  # where it is defined, and the training and evaluation modules
+    for module in patched:
+        monkeypatch.setattr(module, "check_dtype", counting)
+    mmx.train(_tiny_net(), loaders.train, loaders.test, 2, "fp32", progress=False)
+    assert calls == ["fp32"]
+    calls.clear()
+    mmx.evaluate(_tiny_net(), loaders.test)
+    mmx.make_trainer(_tiny_net(), "float32")
+    assert calls == ["float32", "float32"]  # the public entry points still check
 
 
 # --------------------------------------------------------------------------------------------
@@ -476,38 +454,6 @@ def test_master_copy_is_found_for_each_optimizer(optimizer, params):
     master = weights["w"].asnumpy()
     assert np.all(master < 1.0)  # moved, by less than a float16 step for most optimizers
     assert np.array_equal(block.w.data().asnumpy(), master.astype(np.float16))
-
-
-def test_try_multi_precision_on_sgd_and_adam():
-    sgd = mmx.try_multi_precision("sgd")
-    assert sgd.error == "" and sgd.own_code and sgd.master and sgd.master_moved
-    # 100 steps of 3e-5 in float32 end near 0.997; the float16 copy is its rounding
-    assert sgd.weight_moved and sgd.weight_after == float(np.float16(1 - 100 * 3e-5))
-    plain = mmx.try_multi_precision("sgd", multi_precision=False)
-    assert not plain.weight_moved and plain.weight_after == 1.0 and plain.master is False
-    assert any("multi_precision=True" in w for w in plain.warnings)  # MXNet's own advice
-    adam = mmx.try_multi_precision("adam", steps=3)
-    assert not adam.own_code and adam.master_moved and not adam.weight_moved
-    failing = mmx.try_multi_precision("adagrad", multi_precision=False)
-    assert failing.error.startswith("MXNetError: expected float32, got float16")
-    assert failing.weight_moved is None and failing.master is None
-    with pytest.raises(ValueError, match="unknown optimizer 'sgdd'; registered: adadelta"):
-        mmx.try_multi_precision("sgdd")
-    with pytest.raises(ValueError, match="steps=0"):
-        mmx.try_multi_precision("sgd", steps=0)
-
-
-def test_multi_precision_survey_table():
-    table, trials = mmx.multi_precision_survey(["sgd", "adagrad", "lars"], steps=10)
-    assert table.column("optimizer") == ["sgd", "adagrad", "lars"]
-    assert table.column("code") == ["own", "generic", "own"]
-    assert table.column("fp32 master") == ["moved"] * 3
-    assert table.column("without multi_precision")[0] == "unchanged"
-    assert table.column("without multi_precision")[1].startswith("MXNetError")
-    assert [a.optimizer for a, _ in trials] == ["sgd", "adagrad", "lars"]
-    assert all(a.multi_precision and not b.multi_precision for a, b in trials)
-    full, _ = mmx.multi_precision_survey(steps=1)
-    assert full.column("optimizer") == sorted(mx.optimizer.Optimizer.opt_registry)
 
 
 # --------------------------------------------------------------------------------------------
@@ -705,104 +651,3 @@ def test_float16_training_on_gpu(tmp_path, folders):
     assert all(np.array_equal(v, original[k]) for k, v in _params_of(reloaded).items())
     assert mmx.evaluate(reloaded, loaders.test) == mmx.evaluate(net16, loaders.test)
     assert mmx.evaluate(reloaded, loaders.test) == history.final.test_accuracy
-
-
-# --- loss scaling with mptutor's scaler in a Gluon Trainer loop ----------------------------
-
-
-def _scaled_setup(scaler=None, clip_norm=None, seed=0):
-    from mptutor.scaling import StaticLossScaler
-
-    _seed(seed)
-    net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(8, activation="relu", in_units=6), gluon.nn.Dense(3, in_units=8))
-    net.initialize(mx.init.Xavier(), ctx=CPU)
-    trainer = gluon.Trainer(
-        net.collect_params(),
-        "sgd",
-        {"learning_rate": 0.1, "momentum": 0.9, "multi_precision": True},
-    )
-    step = mmx.LossScaledTrainerStep(
-        net,
-        trainer,
-        gluon.loss.SoftmaxCrossEntropyLoss(),
-        scaler or StaticLossScaler(2.0**10),
-        clip_norm=clip_norm,
-    )
-    return net, trainer, step
-
-
-def _xy(i, poison=None):
-    rng = np.random.default_rng(50 + i)
-    x = rng.normal(size=(5, 6)).astype("float32")
-    if poison is not None:
-        x[0, 0] = poison
-    return mx.nd.array(x, ctx=CPU), mx.nd.array(rng.integers(0, 3, 5), ctx=CPU)
-
-
-def _weights(net):
-    return [p.data().asnumpy().copy() for p in net.collect_params().values()]
-
-
-def test_static_scaling_is_bit_identical_to_an_unscaled_trainer():
-    """A power-of-two scale cancels exactly: scaled steps equal plain Trainer steps."""
-    net, _, step = _scaled_setup()
-    _seed(0)
-    ref = gluon.nn.HybridSequential()
-    ref.add(gluon.nn.Dense(8, activation="relu", in_units=6), gluon.nn.Dense(3, in_units=8))
-    ref.initialize(mx.init.Xavier(), ctx=CPU)
-    ref_trainer = gluon.Trainer(
-        ref.collect_params(),
-        "sgd",
-        {"learning_rate": 0.1, "momentum": 0.9, "multi_precision": True},
-    )
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    for i in range(5):
-        x, y = _xy(i)
-        with autograd.record():
-            loss = loss_fn(ref(x), y)
-        loss.backward()
-        ref_trainer.step(x.shape[0])
-        assert step(x, y)[1]
-    for a, b in zip(_weights(ref), _weights(net), strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_overflow_is_skipped_and_the_scale_backs_off():
-    from mptutor.scaling import DynamicLossScaler
-
-    net, _, step = _scaled_setup(DynamicLossScaler(init_scale=2.0**12, growth_interval=2))
-    step(*_xy(0))
-    before = _weights(net)
-    loss, took = step(*_xy(1, poison=np.inf))
-    assert not took and not np.isfinite(loss)
-    assert step.loss_scaler.scale == 2.0**11
-    for a, b in zip(before, _weights(net), strict=True):
-        np.testing.assert_array_equal(a, b)
-    losses = [step(*_xy(0))[0] for _ in range(20)]
-    assert losses[-1] < losses[0]
-    assert step.loss_scaler.history.skipped_steps().tolist() == [1]
-
-
-def test_clipping_limits_the_unscaled_gradient_norm():
-    net, trainer, step = _scaled_setup(clip_norm=1e-3)
-    trainer.set_learning_rate(1.0)
-    trainer._optimizer.momentum = 0.0
-    before = _weights(net)
-    step(*_xy(0))
-    delta = np.concatenate([(a - b).ravel() for a, b in zip(before, _weights(net), strict=True)])
-    assert np.linalg.norm(delta) == pytest.approx(1e-3, rel=1e-3)
-
-
-def test_gradient_stats_and_bad_arguments():
-    net, _, step = _scaled_setup()
-    step(*_xy(0))
-    stats = mmx.gradients_stats(net, "fp16")
-    assert stats.count == sum(p.data().size for p in net.collect_params().values())
-    with pytest.raises(ValueError, match="clip_norm"):
-        _scaled_setup(clip_norm=-1.0)
-    frozen = gluon.nn.Dense(2, in_units=2)
-    frozen.initialize(ctx=CPU)
-    frozen.collect_params().setattr("grad_req", "null")
-    with pytest.raises(ValueError, match="no parameter with a gradient"):
-        mmx.LossScaledTrainerStep(frozen, None, gluon.loss.L2Loss())

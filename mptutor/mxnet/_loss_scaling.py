@@ -1,0 +1,146 @@
+"""Loss scaling with :mod:`mptutor.scaling`'s scalers in a Gluon ``Trainer`` loop; gradient stats.
+
+The same adapter contract as the PyTorch and TensorFlow modules: :class:`LossScaledStep` takes
+any :class:`mptutor.scaling.LossScaler` and a ``clip_norm``; :func:`gradient_stats` measures a
+model's gradients with :func:`mptutor.gradients.gradient_stats`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mptutor import gradients
+from mptutor.checks import optional_positive
+from mptutor.mxnet._imports import autograd, gluon, mx
+from mptutor.mxnet._networks import params_of
+from mptutor.scaling import DynamicLossScaler, LossScaler
+
+__all__ = ["gradient_stats", "LossScaledStep"]
+
+#: ``multi_all_finite`` takes at most this many arrays per call.
+_MAX_ARRAYS = 200
+
+
+def _trainable(net: gluon.Block) -> list[gluon.Parameter]:
+    return [p for p in params_of(net).values() if p.grad_req != "null"]
+
+
+def gradient_stats(net: gluon.Block, fmt: Any = "fp16") -> gradients.GradientStats:
+    """Measure the gradients now held by a Gluon network's parameters against a format.
+
+    The MXNet side of :func:`mptutor.gradients.gradient_stats`: every gradient of a parameter
+    that takes one (``grad_req != "null"``) is copied to the host and counted there.
+
+    Parameters
+    ----------
+    net : mxnet.gluon.Block
+        The network, after a backward pass.
+    fmt : str or dtype, optional
+        A format name or dtype that :func:`mptutor.formats.get` knows (``"fp16"``,
+        ``"bfloat16"``, ``numpy.float16``, ...).
+
+    Returns
+    -------
+    mptutor.gradients.GradientStats
+        Counts of zeros, infs/NaNs, values that ``fmt`` would flush or overflow, and the
+        exponents.
+    """
+    return gradients.gradient_stats([p.grad().asnumpy() for p in _trainable(net)], fmt)
+
+
+class LossScaledStep:
+    """One Gluon training step driven by :mod:`mptutor.scaling`'s loss scaler.
+
+    The per-sample losses are computed in float32 and multiplied by the scale before the
+    backward pass. The gradients are checked for inf/NaN in one fused operator
+    (``multi_all_finite``, as MXNet AMP does) and one host read; a step with a non-finite
+    gradient is skipped. Otherwise ``trainer.step(batch_size * scale)`` applies it: the
+    optimizer's ``rescale_grad`` divides by the scale, in float32 when the trainer uses
+    ``multi_precision=True``. Clipping, when asked for, limits the norm of the unscaled
+    gradients.
+
+    Parameters
+    ----------
+    net : mxnet.gluon.Block
+        The network.
+    trainer : mxnet.gluon.Trainer
+        Its trainer (use ``multi_precision=True`` for a float16 network).
+    loss_fn : mxnet.gluon.loss.Loss
+        A loss returning one value per sample, e.g. ``SoftmaxCrossEntropyLoss()``.
+    loss_scaler : mptutor.scaling.LossScaler, optional
+        Any scaler with the :class:`~mptutor.scaling.LossScaler` protocol; a
+        :class:`~mptutor.scaling.DynamicLossScaler` with MXNet AMP's start (``2**16``) and
+        growth interval (2000) when omitted.
+    clip_norm : float, optional
+        Clip the global norm of the unscaled, batch-averaged gradients to this value.
+
+    Attributes
+    ----------
+    params : list of mxnet.gluon.Parameter
+        The parameters that take a gradient.
+    loss_scaler : mptutor.scaling.LossScaler
+        The scaler; its ``history`` records every step's scale and whether it was skipped.
+
+    Raises
+    ------
+    ValueError
+        If ``clip_norm`` is not a positive finite number, or the network has no parameter
+        with a gradient.
+    """
+
+    def __init__(
+        self,
+        net: gluon.Block,
+        trainer: gluon.Trainer,
+        loss_fn: gluon.loss.Loss,
+        loss_scaler: LossScaler | None = None,
+        clip_norm: float | None = None,
+    ) -> None:
+        clip_norm = optional_positive("clip_norm", clip_norm)
+        self.params = _trainable(net)
+        if not self.params:
+            raise ValueError("the network has no parameter with a gradient (grad_req != 'null')")
+        self.net = net
+        self.trainer = trainer
+        self.loss_fn = loss_fn
+        self.loss_scaler: LossScaler = (
+            loss_scaler if loss_scaler is not None else DynamicLossScaler()
+        )
+        self.clip_norm = clip_norm
+
+    def __call__(self, data: Any, label: Any) -> tuple[float, bool]:
+        """Run one step on a batch.
+
+        Parameters
+        ----------
+        data, label : mxnet.nd.NDArray
+            A batch (in the network's dtype and context).
+
+        Returns
+        -------
+        loss : float
+            The mean unscaled loss of the batch.
+        took : bool
+            Whether the update was applied (``False``: inf/NaN found, step skipped).
+        """
+        scale = self.loss_scaler.scale
+        batch_size = data.shape[0]
+        with autograd.record():
+            out = self.net(data)
+            losses = self.loss_fn(out.astype("float32"), label)
+            scaled = losses * scale
+        scaled.backward()
+        grads = [p.grad() for p in self.params]
+        flag = mx.nd.ones((1,), ctx=grads[0].context)
+        for start in range(0, len(grads), _MAX_ARRAYS):
+            chunk = grads[start : start + _MAX_ARRAYS]
+            mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=flag)
+        finite = bool(flag.asscalar())  # the one host read of the step
+        took = self.loss_scaler.update(not finite)
+        if took:
+            if self.clip_norm is not None:
+                gluon.utils.clip_global_norm(
+                    grads, self.clip_norm * scale * batch_size, check_isfinite=False
+                )
+            self.trainer.step(batch_size * scale)
+        return float(losses.mean().asscalar()), took

@@ -1,0 +1,150 @@
+"""mptutor.mxnet's context and types: the package layout, context(), pick, check_dtype, seed."""
+
+from __future__ import annotations
+
+import ast
+import pkgutil
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "mxnet",
+    reason="MXNet is not installed: these tests run in the MXNet environment "
+    "(requirements-mxnet.txt, NumPy 1.23)",
+)
+
+from mptutor import formats, hardware  # noqa: E402
+from mptutor import mxnet as mmx  # noqa: E402
+
+mx = mmx.mx  # imported through mptutor.mxnet, with MXNet's import-time warnings hidden
+CPU = mx.cpu()
+PACKAGE = Path(mmx.__file__).parent
+
+
+def test_import_mptutor_does_not_import_mxnet():
+    probe = "import sys, mptutor; print('mxnet' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_package_gathers_private_modules_and_keeps_no_old_names():
+    modules = sorted(m.name for m in pkgutil.iter_modules([str(PACKAGE)]))
+    assert modules and all(name.startswith("_") for name in modules)
+    for name in modules:
+        assert len((PACKAGE / f"{name}.py").read_text().splitlines()) <= 500, name
+    assert sorted(mmx.__all__) == sorted(set(mmx.__all__))
+    for name in mmx.__all__:
+        assert name.isupper() or getattr(mmx, name).__module__.startswith("mptutor.mxnet._")
+    for old in ("default_context", "gradients_stats", "LossScaledTrainerStep"):
+        assert not hasattr(mmx, old)
+    assert {"context", "gradient_stats", "LossScaledStep"} <= set(mmx.__all__)  # their new names
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_mxnet_is_imported_in_one_place_and_the_environment_read_in_none():
+    for path in PACKAGE.glob("*.py"):
+        text = path.read_text()
+        assert "os.environ" not in text and "getenv" not in text, path.name
+        if path.name != "_imports.py":
+            assert not _imported(ast.parse(text)) & {"mxnet", "tqdm"}, path.name
+            assert "filterwarnings" not in text, path.name
+
+
+def test_context_is_the_cpu_here(monkeypatch):
+    if mx.context.num_gpus() == 0:
+        assert mmx.context() == CPU
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert mmx.context() == CPU
+
+
+def test_context_follows_mptutor_device(monkeypatch):
+    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 1)
+    monkeypatch.delenv("MPTUTOR_DEVICE", raising=False)
+    assert mmx.context() == mx.gpu(0)
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert mmx.context() == CPU
+    monkeypatch.setenv("MPTUTOR_DEVICE", "sometimes")
+    with pytest.raises(ValueError, match="MPTUTOR_DEVICE must be 'cpu' or 'cuda'"):
+        mmx.context()
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cuda")  # asking cannot conjure a GPU
+    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 0)
+    assert mmx.context() == CPU
+
+
+def test_context_reads_the_override_through_hardware(monkeypatch):
+    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 1)
+    monkeypatch.setattr(hardware, "device_override", lambda: "cpu")
+    assert mmx.context() == CPU
+
+
+def test_pick_asks_mxnet(monkeypatch):
+    assert mmx.pick(cpu=1, gpu=2, ctx=CPU) == 1
+    assert mmx.pick(cpu=1, gpu=2, ctx=mx.gpu(0)) == 2  # a Context, no GPU needed
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
+    assert mmx.pick(cpu="small", gpu="full") == "small"
+    monkeypatch.delenv("MPTUTOR_DEVICE")
+    monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 1)
+    assert mmx.pick(cpu="small", gpu="full") == "full"
+    with pytest.raises(TypeError, match="mx.cpu"):
+        mmx.pick(1, 2, ctx="gpu")
+
+
+def test_check_dtype():
+    assert mmx.check_dtype("fp16") == "float16"
+    assert mmx.check_dtype(np.float32, CPU) == "float32"
+    assert mmx.check_dtype("BF16", CPU) == "bfloat16"
+    assert mmx.check_dtype(mx.nd.ones(1, dtype="float16"), mx.gpu(0)) == "float16"
+    assert mmx.check_dtype("float16", mx.gpu(0)) == "float16"  # a Context, no GPU needed
+    with pytest.raises(ValueError, match="'int8' is not supported; use one of float32, float16"):
+        mmx.check_dtype("int8")
+    for bad in (None, 3, object()):
+        with pytest.raises(ValueError, match="is not supported"):
+            mmx.check_dtype(bad)
+    with pytest.raises(ValueError, match="no float16 matrix products on a CPU") as info:
+        mmx.check_dtype("float16", CPU)
+    assert "bfloat16" in str(info.value) and "GPU" in str(info.value)
+    with pytest.raises(ValueError, match="CPUs only"):
+        mmx.check_dtype("bfloat16", mx.gpu(0))
+
+
+def test_check_dtype_speaks_the_formats_vocabulary():
+    assert all(formats.dtype_name(name) == name for name in mmx.DTYPES)
+    for spelling, name in formats.SPELLINGS.items():
+        if name in mmx.DTYPES:
+            assert mmx.check_dtype(spelling) == name
+            assert mmx.check_dtype(spelling.upper()) == name
+        else:
+            with pytest.raises(ValueError, match="is not supported"):
+                mmx.check_dtype(spelling)
+
+
+def test_seed():
+    draws = []
+    for _ in range(2):
+        mmx.seed(3)
+        legacy = np.random.rand()  # noqa: NPY002 - the global state DataLoader shuffles with
+        draws.append((random.random(), legacy, float(mx.nd.random.uniform().asscalar())))
+    assert draws[0] == draws[1]
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 4294967295\], got -1"):
+        mmx.seed(-1)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        mmx.seed(1.0)
+
+
+def test_probe_bf16_timeout_is_checked():
+    with pytest.raises(ValueError, match="timeout must be in"):
+        mmx.probe_bf16(timeout=0)
