@@ -50,16 +50,8 @@ def main(argv: list[str] | None = None) -> None:
         help="shortest sample (default 10 on a GPU, 20 on a CPU)",
     )
     parser.add_argument("--no-graph", action="store_true", help="no CUDA graph on a GPU")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny run that checks the code path (CPU unless --device)",
-    )
-    parser.add_argument("--save", action="store_true", help="write a JSON record")
-    parser.add_argument(
-        "--out-dir",
-        default=None,
-        help="folder for the record (default data/results; a temp dir for --smoke)",
+    bench.add_record_options(
+        parser, smoke_help="tiny run that checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
     device = args.device or ("cpu" if args.smoke else tp.default_device())

@@ -1,7 +1,7 @@
 """Step time of the Keras CNN from the "first experiments with mixed precision" post, FP32 vs FP16.
 
-Two models, both built with Keras 3 (``notebooks/keras/02-keras-cnn-experiment.ipynb`` builds
-the same ones and explains them):
+Two models, both built with Keras 3 by :func:`mptutor.keras_cnn.build_model`, the function that
+``notebooks/keras/02-keras-cnn-experiment.ipynb`` builds them with and explains:
 
 - ``blog``: the post's CNN, layer for layer as its code has it. Three strided convolutions, each
   with its ReLU and followed by BatchNorm: Conv2D 32 filters 5x5 stride 2 on the 3 input
@@ -13,8 +13,8 @@ the same ones and explains them):
   so that the first convolution meets the Tensor Core channel rule.
 
 For each model, precision variant, input feed and batch size it times ``model.train_on_batch``
-(warm-up calls first, then the median of ``--steps`` timed steps through
-:func:`mptutor.bench.time_fn`). The variants:
+(warm-up calls first, then the median of ``--steps`` timed steps:
+:func:`mptutor.keras_cnn.time_step`). The variants:
 
 - ``float32``: the ``float32`` policy with TF32 switched off (strict FP32, what a V100 does):
   ``tf.config.experimental.enable_tensor_float_32_execution(False)`` on TensorFlow,
@@ -31,16 +31,17 @@ conversion and, on a GPU, a host-to-device copy per step); ``device`` converts t
 backend tensor once, so the step does no copy.
 
 It also times every layer's forward pass (and forward plus backward on the TensorFlow and
-PyTorch backends) at one batch size, waiting for the device after every call (see
-:func:`block`), and on a CUDA device with the PyTorch backend lists the GPU kernels of one
-training step with :func:`mptutor.torch.tensor_core_kernels` (which of them ran on Tensor
-Cores, and how long each took). Each model's record carries its FLOPs per image, forward and for
-a training step (:func:`training_flops`), so that recorded step times can be turned into
-achieved FLOP/s.
+PyTorch backends) at one batch size, waiting for the device after every call
+(:func:`mptutor.keras_cnn.profile_layers`), and on a CUDA device with the PyTorch backend lists
+the GPU kernels of one training step (:func:`mptutor.keras_cnn.kernel_profile`: which of them
+ran on Tensor Cores, and how long each took). Each model's record carries its FLOPs per image,
+forward and for a training step (:func:`mptutor.keras_cnn.training_flops`), so that recorded
+step times can be turned into achieved FLOP/s.
 
 It runs on whatever Keras backend is active (``KERAS_BACKEND``): ``tensorflow``, ``torch`` or
-``jax``, and records which one measured what. Nothing here imports TensorFlow unless it is the
-backend, so a GPU host with PyTorch and Keras but no TensorFlow runs it as it is.
+``jax``, and records which one measured what. Neither this script nor :mod:`mptutor.keras_cnn`
+imports TensorFlow unless it is the backend, so a GPU host with PyTorch and Keras but no
+TensorFlow runs it as it is.
 
 Usage::
 
@@ -65,335 +66,28 @@ With ``--save`` the record goes to ``data/results/keras_cnn_experiment-<backend>
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before Keras loads TensorFlow, if it does
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 from mptutor import bench, hardware  # noqa: E402
+from mptutor import keras_cnn as kc  # noqa: E402
 from mptutor.table import Table  # noqa: E402
 
-MODELS = ("blog", "changed")
 VARIANTS = {  # name: (Keras dtype policy, TF32 allowed)
     "float32": ("float32", False),
     "float32-tf32": ("float32", True),
     "mixed_float16": ("mixed_float16", False),
 }
 FEEDS = ("host", "device")
-CLASSES = 10
-#: The post's convolutions, in order: (filters, kernel size); each has stride 2, "same" padding
-#: and a ReLU, and is followed by BatchNorm.
-CONVOLUTIONS = ((32, 5), (64, 7), (128, 11))
 #: Sizes of ``--smoke``: a run that checks the code path and measures nothing.
 SMOKE = {"image_size": 8, "batch_sizes": [4], "steps": 1, "warmup": 1}
-
-
-# --- the models ---------------------------------------------------------------------------------
-
-
-class PadChannels(keras.layers.Layer):
-    """Append zero channels to an NHWC tensor, up to ``channels``."""
-
-    def __init__(self, channels: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.channels = channels
-
-    def call(self, x):
-        extra = self.channels - x.shape[-1]
-        return keras.ops.pad(x, [[0, 0], [0, 0], [0, 0], [0, extra]])
-
-    def compute_output_shape(self, input_shape):
-        return (*input_shape[:-1], self.channels)
-
-    def get_config(self):
-        return {**super().get_config(), "channels": self.channels}
-
-
-def build_model(kind: str, image_size: int, policy: str = "float32") -> keras.Model:
-    """The ``blog`` or ``changed`` CNN under a dtype policy, compiled with Adam.
-
-    The global policy is set only while the layers are created and restored afterwards.
-    """
-    if kind not in MODELS:
-        raise ValueError(f"unknown model {kind!r}; choose from {MODELS}")
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(policy)
-    try:
-        if kind == "blog":
-            images = keras.Input((image_size, image_size, 3), name="images")
-            h = images
-        else:
-            images = keras.Input((image_size, image_size, 3), dtype="uint8", name="images")
-            h = keras.layers.Rescaling(1 / 255, name="rescale")(images)
-            h = PadChannels(8, name="pad_to_8")(h)
-        for i, (filters, kernel) in enumerate(CONVOLUTIONS, start=1):  # conv + ReLU, then BN
-            h = keras.layers.Conv2D(
-                filters, kernel, strides=2, padding="same", activation="relu", name=f"conv{i}"
-            )(h)
-            h = keras.layers.BatchNormalization(name=f"bn{i}")(h)
-        h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
-        h = keras.layers.Dense(CLASSES, name="dense")(h)
-        probs = keras.layers.Activation("softmax", dtype="float32", name="softmax")(h)
-        model = keras.Model(images, probs, name=kind)
-    finally:
-        keras.config.set_dtype_policy(previous)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    return model
-
-
-def batch(kind: str, size: int, image_size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Random images as each model takes them (float32 in [0, 1] or uint8) and integer labels."""
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 256, (size, image_size, image_size, 3), dtype=np.uint8)
-    labels = rng.integers(0, CLASSES, size).astype(np.int32)
-    if kind == "blog":
-        return (pixels / np.float32(255)).astype(np.float32), labels
-    return pixels, labels
-
-
-def layer_flops(layer: keras.layers.Layer, batch_size: int) -> int:
-    """Multiply-adds x 2 of one forward pass of a Conv2D or Dense layer (0 for other layers)."""
-    if isinstance(layer, keras.layers.Conv2D):
-        _, h, w, c_out = layer.output.shape
-        kh, kw = layer.kernel_size
-        return 2 * batch_size * h * w * c_out * kh * kw * layer.input.shape[-1]
-    if isinstance(layer, keras.layers.Dense):
-        return 2 * batch_size * layer.input.shape[-1] * layer.units
-    return 0
-
-
-def training_flops(model: keras.Model, batch_size: int) -> int:
-    """FLOPs of the Conv2D and Dense layers in one training step (forward and backward).
-
-    The backward pass of such a layer computes the gradient of its weights (as many FLOPs as
-    its forward pass) and, unless no trainable layer comes before it, the gradient of its input
-    (as many again). So the first convolution costs 2 forward passes, every later one 3.
-    """
-    total, after_trainable = 0, False
-    for layer in model.layers:
-        forward = layer_flops(layer, batch_size)
-        total += forward * (3 if after_trainable else 2)
-        after_trainable = after_trainable or bool(layer.trainable_weights)
-    return total
-
-
-# --- the backend --------------------------------------------------------------------------------
-
-
-def backend_version(name: str) -> str:
-    """Version of the package behind a Keras backend."""
-    module = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax"}.get(name)
-    if module is None:
-        return "unknown"
-    return str(__import__(module).__version__)
-
-
-def device_kind(name: str) -> str:
-    """``cuda`` when the backend computes on an NVIDIA GPU, else its platform (``cpu``, ``tpu``)."""
-    if name == "torch":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "jax":
-        import jax
-
-        platform = jax.devices()[0].platform
-        return "cuda" if platform == "gpu" else platform
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        return "cuda" if tf.config.list_physical_devices("GPU") else "cpu"
-    return "cpu"
-
-
-def set_tf32(name: str, allowed: bool) -> dict[str, Any]:
-    """Allow or forbid TF32 for float32 convolutions and matrix products; return what was set."""
-    if name == "torch":
-        import torch
-
-        conv = getattr(torch.backends.cudnn, "conv", None)
-        if conv is not None and hasattr(conv, "fp32_precision"):  # PyTorch 2.9 and later
-            value = "tf32" if allowed else "ieee"
-            torch.backends.cudnn.conv.fp32_precision = value
-            torch.backends.cuda.matmul.fp32_precision = value
-            return {
-                "torch.backends.cudnn.conv.fp32_precision": value,
-                "torch.backends.cuda.matmul.fp32_precision": value,
-            }
-        torch.backends.cudnn.allow_tf32 = allowed
-        torch.backends.cuda.matmul.allow_tf32 = allowed
-        return {
-            "torch.backends.cudnn.allow_tf32": allowed,
-            "torch.backends.cuda.matmul.allow_tf32": allowed,
-        }
-    if name == "jax":
-        import jax
-
-        value = "tensorfloat32" if allowed else "float32"
-        jax.config.update("jax_default_matmul_precision", value)
-        return {"jax_default_matmul_precision": value}
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        tf.config.experimental.enable_tensor_float_32_execution(allowed)
-        return {"tf.config.experimental.enable_tensor_float_32_execution": allowed}
-    return {}
-
-
-def block(value: Any) -> Any:
-    """Wait until the backend has computed ``value`` (its work may be queued on a device).
-
-    Without this, a timed call on a GPU measures only how long it takes to queue the kernels.
-    """
-    name = keras.backend.backend()
-    if name == "jax":
-        import jax
-
-        return jax.block_until_ready(value)
-    if name == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return value
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        tf.test.experimental.sync_devices()  # waits for the GPU's queue; no copy to the host
-    return value
-
-
-def forward_backward_fn(
-    layer: keras.layers.Layer, x: Any, input_grad: bool
-) -> Callable[[], Any] | None:
-    """One forward and backward pass of a layer (gradients of its input and weights), or None."""
-    name = keras.backend.backend()
-    weights = list(layer.trainable_variables)
-    if not weights and not input_grad:
-        return None
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        def step():
-            with tf.GradientTape() as tape:
-                if input_grad:
-                    tape.watch(x)
-                out = layer(x, training=True)
-                total = tf.reduce_sum(tf.cast(out, tf.float32))
-            sources = ([x] if input_grad else []) + [w.value for w in weights]
-            return block(tape.gradient(total, sources))
-
-        return step
-    if name == "torch":
-        import torch
-
-        xin = x.detach().requires_grad_(input_grad) if torch.is_floating_point(x) else x
-
-        def step():
-            out = layer(xin, training=True)
-            total = out.float().sum()
-            sources = ([xin] if input_grad else []) + [w.value for w in weights]
-            return block(torch.autograd.grad(total, sources))
-
-        return step
-    return None  # jax: forward only
-
-
-# --- the measurements ---------------------------------------------------------------------------
-
-
-def free_memory() -> None:
-    """Drop models and cached device memory between measurements."""
-    keras.backend.clear_session()
-    gc.collect()
-    if keras.backend.backend() == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
-def time_steps(
-    model: keras.Model, x: Any, y: Any, steps: int, warmup: int, timing_device: str
-) -> bench.Timing:
-    """Median-ready timings of ``model.train_on_batch(x, y)``."""
-    return bench.time_fn(
-        lambda: model.train_on_batch(x, y), repeats=steps, warmup=warmup, device=timing_device
-    )
-
-
-def profile_layers(
-    model: keras.Model, x: np.ndarray, repeats: int, timing_device: str, warmup: int = 2
-) -> list[dict[str, Any]]:
-    """Time each layer's forward (and forward+backward) pass on the previous layer's output."""
-    rows = []
-    h = keras.ops.convert_to_tensor(x)
-    trainable_before = False
-    for layer in model.layers[1:]:
-        current = h
-
-        def forward(layer=layer, current=current):
-            return block(layer(current, training=True))
-
-        fwd = bench.time_fn(forward, repeats=repeats, warmup=warmup, device=timing_device)
-        fb = forward_backward_fn(layer, current, input_grad=trainable_before)
-        both = None
-        if fb is not None:
-            both = bench.time_fn(fb, repeats=repeats, warmup=warmup, device=timing_device).median
-        rows.append(
-            {
-                "layer": layer.name,
-                "kind": type(layer).__name__,
-                "output_shape": [int(d) for d in layer.output.shape[1:]],
-                "flops": layer_flops(layer, int(x.shape[0])),
-                "forward_s": fwd.median,
-                "forward_backward_s": both,
-            }
-        )
-        h = _detach(layer(current, training=True))
-        trainable_before = trainable_before or bool(layer.trainable_variables)
-    return rows
-
-
-def _detach(x: Any) -> Any:
-    if keras.backend.backend() == "torch":
-        return x.detach()
-    return x
-
-
-def kernel_profile(model: keras.Model, x: Any, y: Any) -> dict[str, Any] | None:
-    """CUDA kernels of one training step (PyTorch backend on a CUDA GPU only)."""
-    if keras.backend.backend() != "torch":
-        return None
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    from mptutor import torch as mpt
-
-    kernels = mpt.tensor_core_kernels(lambda: model.train_on_batch(x, y), warmup=2)
-    total = sum(k.cuda_time_us for k in kernels)
-    tensor_core = sum(k.cuda_time_us for k in kernels if k.tensor_core)
-    return {
-        "total_us": total,
-        "tensor_core_us": tensor_core,
-        "kernels": [
-            {
-                "name": k.name[:160],
-                "calls": k.calls,
-                "cuda_time_us": k.cuda_time_us,
-                "tensor_core": k.tensor_core,
-            }
-            for k in kernels[:25]
-        ],
-    }
 
 
 def device_slug(report: hardware.HardwareReport, device: str) -> str:
@@ -406,17 +100,16 @@ def device_slug(report: hardware.HardwareReport, device: str) -> str:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Run every configuration; return the record's data."""
     backend = keras.backend.backend()
-    device = device_kind(backend)
-    timing_device = "cuda" if backend == "torch" and device == "cuda" else "cpu"
+    device = kc.device_kind(backend)
     variants = args.variants or (
         list(VARIANTS) if device == "cuda" else ["float32", "mixed_float16"]
     )
     report = hardware.report()
     data: dict[str, Any] = {
-        "experiment": "keras_cnn_experiment",
+        "experiment": kc.EXPERIMENT,
         "smoke": args.smoke,
         "backend": backend,
-        "backend_version": backend_version(backend),
+        "backend_version": kc.backend_version(backend),
         "keras_version": keras.__version__,
         "backend_note": args.backend_note,
         "device": device,
@@ -433,23 +126,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "kernels": [],
     }
     for kind in args.models:
-        model = build_model(kind, args.image_size)
+        model = kc.build_model(kind, args.image_size)
         data["models"][kind] = {
             "parameters": int(model.count_params()),
             "input_dtype": model.inputs[0].dtype,
             "layers": [f"{layer.name}:{type(layer).__name__}" for layer in model.layers],
-            "flops_per_image_forward": sum(layer_flops(layer, 1) for layer in model.layers),
-            "flops_per_image_training": training_flops(model, 1),
+            "flops_per_image_forward": sum(kc.layer_flops(layer, 1) for layer in model.layers[1:]),
+            "flops_per_image_training": kc.training_flops(model, 1),
         }
         del model
     for variant in variants:
         policy, tf32 = VARIANTS[variant]
-        flags = set_tf32(backend, tf32)
+        flags = kc.set_tf32(tf32, backend)
         data["variants"][variant] = {"policy": policy, "tf32": tf32, "flags": flags}
         for kind in args.models:
             for size in args.batch_sizes:
-                x_host, y_host = batch(kind, size, args.image_size)
-                model = build_model(kind, args.image_size, policy)
+                x_host, y_host = kc.make_batch(kind, size, args.image_size)
+                model = kc.build_model(kind, args.image_size, policy)
                 for feed in args.feeds:
                     if feed == "device":
                         x = keras.ops.convert_to_tensor(x_host)
@@ -463,7 +156,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         "batch": size,
                     }
                     try:
-                        timing = time_steps(model, x, y, args.steps, args.warmup, timing_device)
+                        timing = kc.time_step(model, x, y, args.steps, args.warmup)
                     except Exception as err:  # out of memory at a large batch: record, go on
                         row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
                     else:
@@ -474,14 +167,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     print(_progress(row), flush=True)
                 if args.profile and size == args.profile_batch:
                     try:
-                        layer_rows = profile_layers(
-                            model, x_host, args.steps, timing_device, max(1, args.warmup)
+                        layer_rows = kc.profile_layers(
+                            model, x_host, args.steps, max(1, args.warmup)
                         )
                         for layer_row in layer_rows:
                             data["layers"].append(
                                 {"model": kind, "variant": variant, "batch": size, **layer_row}
                             )
-                        kernels = kernel_profile(
+                        kernels = kc.kernel_profile(
                             model,
                             keras.ops.convert_to_tensor(x_host),
                             keras.ops.convert_to_tensor(y_host),
@@ -501,7 +194,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                             {"model": kind, "variant": variant, "batch": size, **kernels}
                         )
                 del model
-                free_memory()
+                kc.free_memory()
     return data
 
 
@@ -513,29 +206,8 @@ def _progress(row: dict[str, Any]) -> str:
 
 
 def summary_table(data: dict[str, Any]) -> Table:
-    """Step times with the speedup over strict float32 (same model, feed and batch size)."""
-    base = {
-        (r["model"], r["feed"], r["batch"]): r["median_s"]
-        for r in data["steps_s"]
-        if r["variant"] == "float32" and "median_s" in r
-    }
-    rows = []
-    for r in data["steps_s"]:
-        ok = "median_s" in r
-        ref = base.get((r["model"], r["feed"], r["batch"]))
-        rows.append(
-            {
-                "model": r["model"],
-                "variant": r["variant"],
-                "feed": r["feed"],
-                "batch": r["batch"],
-                "ms/step": 1e3 * r["median_s"] if ok else None,
-                "images/s": r["images_per_s"] if ok else None,
-                "speedup vs float32": ref / r["median_s"] if ok and ref else None,
-                "error": r.get("error", ""),
-            }
-        )
-    return Table(rows, float_format=".4g")
+    """Step times, achieved TFLOP/s and speedups over strict float32 and over TF32."""
+    return Table(kc.speedup_rows(data), float_format=".4g")
 
 
 def _ints(text: str) -> list[int]:
@@ -586,7 +258,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="a tiny run that checks the code path and measures nothing: 8x8 images, "
         "batch size 4, one timed step (other size options are then ignored)",
     )
-    parser.add_argument("--models", type=_names(MODELS), default=list(MODELS))
+    parser.add_argument("--models", type=_names(kc.MODELS), default=list(kc.MODELS))
     parser.add_argument(
         "--variants",
         type=_names(list(VARIANTS)),
@@ -621,7 +293,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--out-dir", default=None, help="folder for --save (default: data/results of the checkout)"
     )
     args = parser.parse_args(argv)
-    gpu = device_kind(keras.backend.backend()) != "cpu"
+    gpu = kc.device_kind() != "cpu"
     if args.smoke:
         for key, value in SMOKE.items():
             setattr(args, key, value)
@@ -646,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     backend = keras.backend.backend()
     print(
-        f"Keras {keras.__version__} on {backend} {backend_version(backend)}, "
+        f"Keras {keras.__version__} on {backend} {kc.backend_version(backend)}, "
         f"{hardware.report().summary()}; images {args.image_size}x{args.image_size}, "
         f"batch sizes {args.batch_sizes}, {args.steps} timed steps after {args.warmup}",
         flush=True,

@@ -63,16 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         "--modes", nargs="+", default=list(tp.TRAINING_MODES), choices=list(tp.TRAINING_MODES)
     )
     parser.add_argument("--channels-last", action="store_true", help="also run channels_last")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny model and batch, checks the code path (CPU unless --device)",
-    )
-    parser.add_argument("--save", action="store_true", help="write a JSON record")
-    parser.add_argument(
-        "--out-dir",
-        default=None,
-        help="folder for the record (default data/results; a temp dir for --smoke)",
+    bench.add_record_options(
+        parser, smoke_help="tiny model and batch, checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
     device = args.device or ("cpu" if args.smoke else tp.default_device())

@@ -223,16 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default 5")
     parser.add_argument("--iters", type=int, default=None, help="default 10")
     parser.add_argument("--warmup", type=int, default=None, help="default 5")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny CNN in channels_last, checks the code path (CPU unless --device)",
-    )
-    parser.add_argument("--save", action="store_true", help="write a JSON record")
-    parser.add_argument(
-        "--out-dir",
-        default=None,
-        help="folder for the record (default data/results; a temp dir for --smoke)",
+    bench.add_record_options(
+        parser, smoke_help="tiny CNN in channels_last, checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.smoke else tp.default_device())

@@ -1,8 +1,17 @@
 """TensorFlow / Keras 3 helpers: device choice, a loss-scaled GradientTape step, gradient stats.
 
-Use it the d2l way (this module imports TensorFlow and Keras)::
+Use it the d2l way (this module imports TensorFlow and Keras; ``import mptutor`` does not)::
 
     from mptutor import tensorflow as mtf
+
+    with mtf.tf.device(mtf.device()):      # "/GPU:0" or "/CPU:0", honouring MPTUTOR_DEVICE
+        ...
+
+The names are those of the other framework adapters: :func:`device` (where TensorFlow
+computes; ``MPTUTOR_DEVICE=cpu`` forces the CPU), :func:`gradient_stats` (the TensorFlow side of
+:func:`mptutor.gradients.gradient_stats`) and :class:`LossScaledStep` (any
+:class:`mptutor.scaling.LossScaler`, ``clip_norm=``). :func:`gpu_available` and :func:`pick`
+choose sizes by whether TensorFlow itself can use a GPU.
 
 Import it before TensorFlow itself, so that TensorFlow's start-up messages stay out of notebook
 outputs: it sets ``TF_CPP_MIN_LOG_LEVEL=3`` (unless you set it yourself), which hides the C++
@@ -12,9 +21,11 @@ on ...", with its logging preamble). Anything else printed during the import is 
 TensorFlow's kernels are left as they are (oneDNN stays on).
 
 For everyday training prefer Keras's own ``mixed_float16`` policy with
-``keras.optimizers.LossScaleOptimizer`` (the Keras track's first notebook); :class:`LossScaledStep`
-drives the same state machine as :mod:`mptutor.scaling`, so that it can be compared step for step
-with Keras and with the other frameworks.
+``keras.mixed_precision.LossScaleOptimizer`` (the Keras track's first notebook);
+:class:`LossScaledStep` drives the same state machine as :mod:`mptutor.scaling`, so that it can
+be compared step for step with Keras and with the other frameworks. The CNN experiment of the
+Keras track's second notebook, which also runs on Keras's PyTorch and JAX backends, is in
+:mod:`mptutor.keras_cnn`, which imports Keras but not TensorFlow.
 """
 
 from __future__ import annotations
@@ -57,22 +68,19 @@ def _import_quietly(*names: str) -> list[ModuleType]:
 
 keras, tf = _import_quietly("keras", "tensorflow")
 
-from mptutor import hardware  # noqa: E402
+from mptutor import gradients, hardware, scaling  # noqa: E402
 from mptutor.checks import optional_positive  # noqa: E402
-from mptutor.gradients import GradientStats, gradient_stats  # noqa: E402
-from mptutor.scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
 
 __all__ = [
     "LossScaledStep",
     "device",
     "gpu_available",
-    "gradients_stats",
+    "gradient_stats",
     "pick",
     "tf",
     "keras",
 ]
 
-LossScaler = DynamicLossScaler | StaticLossScaler
 T = TypeVar("T")
 
 
@@ -82,11 +90,19 @@ def gpu_available() -> bool:
     Returns
     -------
     bool
-        ``True`` when :func:`mptutor.hardware.has_gpu` says so (a CUDA GPU is present and
-        ``MPTUTOR_DEVICE=cpu`` is not set) *and* TensorFlow can compute on a GPU. A machine
-        with a GPU but a CPU-only TensorFlow build takes the CPU path.
+        ``True`` when TensorFlow itself lists a GPU and ``MPTUTOR_DEVICE=cpu`` is not set (read
+        through :func:`mptutor.hardware.device_override`, the one place that reads it). A
+        machine with a GPU but a CPU-only TensorFlow build takes the CPU path; asking for
+        ``cuda`` cannot conjure a GPU either.
+
+    Raises
+    ------
+    ValueError
+        If ``MPTUTOR_DEVICE`` holds something other than ``cpu``, ``cuda`` or nothing.
     """
-    return hardware.has_gpu() and bool(tf.config.list_physical_devices("GPU"))
+    if hardware.device_override() == "cpu":
+        return False
+    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def pick(cpu: T, gpu: T) -> T:
@@ -97,8 +113,10 @@ def pick(cpu: T, gpu: T) -> T:
 
     Parameters
     ----------
-    cpu, gpu : object
-        The values for the two paths.
+    cpu : object
+        The value for the CPU path.
+    gpu : object
+        The value for the GPU path.
 
     Returns
     -------
@@ -111,19 +129,29 @@ def pick(cpu: T, gpu: T) -> T:
 def device() -> str:
     """Return the TensorFlow device of the notebook path; hide GPUs on the CPU path.
 
-    On the CPU path (no GPU, a CPU-only TensorFlow, or ``MPTUTOR_DEVICE=cpu``) every GPU is
-    hidden from TensorFlow, so that no operation lands on one by default. Call it once, before
-    TensorFlow has run anything: devices cannot be hidden afterwards.
+    d2l's ``try_gpu`` idea, with this project's override: the GPU path needs a GPU that
+    TensorFlow lists and no ``MPTUTOR_DEVICE=cpu`` (read through
+    :func:`mptutor.hardware.device_override`, the one place that reads it). On the CPU path
+    every GPU is hidden from TensorFlow, so that no operation lands on one by default. Call it
+    once, before TensorFlow has run anything: devices cannot be hidden afterwards.
 
     Returns
     -------
     str
-        ``"/GPU:0"`` or ``"/CPU:0"``.
+        ``"/GPU:0"`` or ``"/CPU:0"``, for ``tf.device``.
 
     Raises
     ------
+    ValueError
+        If ``MPTUTOR_DEVICE`` holds something other than ``cpu``, ``cuda`` or nothing.
     RuntimeError
         If GPUs have to be hidden but TensorFlow has already initialised them.
+
+    Examples
+    --------
+    >>> from mptutor import tensorflow as mtf
+    >>> with mtf.tf.device(mtf.device()):
+    ...     x = mtf.tf.ones(2)
     """
     if gpu_available():
         return "/GPU:0"
@@ -138,22 +166,28 @@ def device() -> str:
     return "/CPU:0"
 
 
-def gradients_stats(grads: Sequence[tf.Tensor | None], fmt: Any = "fp16") -> GradientStats:
-    """Statistics of a list of gradients (``None`` entries are ignored).
+def gradient_stats(grads: Sequence[tf.Tensor | None], fmt: Any = "fp16") -> gradients.GradientStats:
+    """Measure a list of gradients against a format (``None`` entries are left out).
+
+    The TensorFlow side of :func:`mptutor.gradients.gradient_stats`: each gradient is cast to
+    float32 (bfloat16 included) and copied to the host, then counted there.
 
     Parameters
     ----------
     grads : sequence of tf.Tensor or None
         As returned by ``tape.gradient``.
     fmt : str or dtype, optional
-        The format to measure against (see :func:`mptutor.formats.get`).
+        A format name or dtype that :func:`mptutor.formats.get` knows (``"fp16"``,
+        ``tf.bfloat16``, ...).
 
     Returns
     -------
-    GradientStats
-        Zeros, infs/NaNs, values that would underflow or overflow in ``fmt``, exponents.
+    mptutor.gradients.GradientStats
+        Counts of zeros, infs/NaNs, values that ``fmt`` would flush or overflow, and the
+        exponents.
     """
-    return gradient_stats([g.numpy() for g in grads if g is not None], fmt)
+    arrays = [tf.cast(g, tf.float32).numpy() for g in grads if g is not None]
+    return gradients.gradient_stats(arrays, fmt)
 
 
 class LossScaledStep:
@@ -173,8 +207,9 @@ class LossScaledStep:
         A plain optimizer (not a ``LossScaleOptimizer``: the scaling happens here).
     loss_fn : callable
         ``loss_fn(y_true, y_pred) -> scalar tensor``.
-    loss_scaler : DynamicLossScaler or StaticLossScaler, optional
-        A :class:`~mptutor.scaling.DynamicLossScaler` with Keras's defaults (initial scale
+    loss_scaler : mptutor.scaling.LossScaler, optional
+        Any scaler with the :class:`~mptutor.scaling.LossScaler` protocol; a
+        :class:`~mptutor.scaling.DynamicLossScaler` with Keras's defaults (initial scale
         ``2**15``, growth every 2000 clean steps) when omitted.
     clip_norm : float, optional
         Clip the global norm of the unscaled gradients to this value.
@@ -195,7 +230,7 @@ class LossScaledStep:
         model: keras.Model,
         optimizer: keras.optimizers.Optimizer,
         loss_fn: Callable[[Any, Any], tf.Tensor],
-        loss_scaler: LossScaler | None = None,
+        loss_scaler: scaling.LossScaler | None = None,
         clip_norm: float | None = None,
         compile: bool = True,
     ) -> None:
@@ -208,8 +243,10 @@ class LossScaledStep:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
-        self.loss_scaler: LossScaler = (
-            loss_scaler if loss_scaler is not None else DynamicLossScaler(init_scale=2.0**15)
+        self.loss_scaler: scaling.LossScaler = (
+            loss_scaler
+            if loss_scaler is not None
+            else scaling.DynamicLossScaler(init_scale=2.0**15)
         )
         self.clip_norm = clip_norm
         self._grads = tf.function(self._scaled_grads) if compile else self._scaled_grads

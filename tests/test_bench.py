@@ -1,3 +1,4 @@
+import argparse
 import json
 import sys
 import types
@@ -198,3 +199,11 @@ def test_provenance_of_a_record(tmp_path):
     assert row["torch"] == "2.11.0+cu130" and row["git commit"] == "0123456789"
     assert row["record"] == path.name and row["command"] == "python x.py"
     assert bench.record_kind(bench.load_result(path)) == "gemm_sweep"
+
+
+def test_record_options_are_the_same_in_every_script():
+    parser = argparse.ArgumentParser()
+    bench.add_record_options(parser, smoke_help="tiny")
+    assert vars(parser.parse_args([])) == {"smoke": False, "save": False, "out_dir": None}
+    args = parser.parse_args(["--smoke", "--save", "--out-dir", "x"])
+    assert (args.smoke, args.save, args.out_dir) == (True, True, "x")

@@ -45,4 +45,3 @@ def test_empty_and_bad_category():
     assert s.count == 0 and s.share("zeros") == 0.0
     with pytest.raises(ValueError, match="choose one of"):
         s.share("tiny")
-

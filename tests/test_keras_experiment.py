@@ -1,13 +1,17 @@
-"""benchmarks/keras_cnn_experiment.py: the post's model, strict FP32, synchronised timings, --smoke.
+"""mptutor.keras_cnn and benchmarks/keras_cnn_experiment.py: the Keras track's CNN experiment.
 
-The script is loaded as a module and its ``main`` called in this process on the TensorFlow
-backend, so the smoke run costs no second TensorFlow start-up. One test runs it on Keras's
-PyTorch backend in a subprocess, as a GPU host without TensorFlow would.
+The package holds the code that the notebook and the script share: the post's model (conv +
+ReLU, then BatchNorm; a float32 softmax), the counts from the layer shapes, timing with the
+device waited for, and the records. The script is loaded as a module and its ``main`` called in
+this process on the TensorFlow backend, so the smoke run costs no second TensorFlow start-up.
+One test runs it on Keras's PyTorch backend in a subprocess, as a GPU host without TensorFlow
+would.
 """
 
 import importlib.util
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +21,14 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
 
+from mptutor import bench
+from mptutor import keras_cnn as kc
 from mptutor import tensorflow as mtf
 
 tf, keras = mtf.tf, mtf.keras
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "keras_cnn_experiment.py"
+PACKAGE = ROOT / "mptutor" / "keras_cnn"
 
 
 @pytest.fixture(scope="module")
@@ -32,67 +39,270 @@ def kce():
     return module
 
 
-def test_blog_model_is_the_posts_conv_relu_then_batchnorm(kce):
-    model = kce.build_model("blog", 256)
-    kinds = [type(layer).__name__ for layer in model.layers[1:]]
+@pytest.fixture(scope="module")
+def blog():
+    return kc.build_model("blog", 256, "mixed_float16")
+
+
+# --- the models ---------------------------------------------------------------------------------
+
+
+def test_blog_model_is_the_posts_conv_relu_then_batchnorm(blog):
+    kinds = [type(layer).__name__ for layer in blog.layers[1:]]
     assert kinds == ["Conv2D", "BatchNormalization"] * 3 + [
         "GlobalAveragePooling2D",
         "Dense",
         "Activation",
     ]
-    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    convs = [layer for layer in blog.layers if isinstance(layer, keras.layers.Conv2D)]
     assert [(c.filters, c.kernel_size[0], c.strides[0]) for c in convs] == [
         (32, 5, 2),
         (64, 7, 2),
         (128, 11, 2),
     ]
     assert all(c.activation is keras.activations.relu for c in convs)  # ReLU before BatchNorm
+    assert all(c.padding == "same" for c in convs)
     assert [c.output.shape[1] for c in convs] == [128, 64, 32]
-    assert model.layers[-1].dtype_policy.name == "float32"
+    assert blog.count_params() == 1096394
 
 
-def test_training_flops_count_the_first_conv_twice_and_the_rest_three_times(kce):
-    model = kce.build_model("blog", 256)
-    forward = {layer.name: kce.layer_flops(layer, 1) for layer in model.layers}
-    assert forward["conv1"] == 2 * 128 * 128 * 32 * 5 * 5 * 3
-    assert forward["conv3"] == 2 * 32 * 32 * 128 * 11 * 11 * 64
-    expected = 2 * forward["conv1"] + 3 * (forward["conv2"] + forward["conv3"] + forward["dense"])
-    assert kce.training_flops(model, 1) == expected
-    assert kce.training_flops(model, 32) == 32 * expected
+def test_policy_for_the_layers_float32_softmax_and_the_global_policy_restored(blog):
+    assert keras.mixed_precision.dtype_policy().name == "float32"
+    *body, softmax = blog.layers[1:]
+    assert {layer.dtype_policy.name for layer in body} == {"mixed_float16"}
+    assert softmax.dtype_policy.name == "float32" and blog.output.dtype == "float32"
+    assert isinstance(blog.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert not isinstance(kc.build_model("blog", 8).optimizer, keras.optimizers.LossScaleOptimizer)
+    with pytest.raises(ValueError):
+        kc.build_model("blog", 8, "mixed_float16", convolutions=((8, 0, 1),))  # kernel size 0
+    assert keras.mixed_precision.dtype_policy().name == "float32"  # restored after a failure
+    with pytest.raises(ValueError, match="unknown model"):
+        kc.build_model("resnet", 8)
 
 
-def test_changed_model_computes_the_same_function(kce):
-    blog, changed = kce.build_model("blog", 16), kce.build_model("changed", 16)
+def test_changed_model_computes_the_same_function():
+    blog, changed = kc.build_model("blog", 16), kc.build_model("changed", 16)
     for layer in blog.layers[1:]:
         weights = layer.get_weights()
         if layer.name == "conv1":
             weights[0] = np.pad(weights[0], [(0, 0), (0, 0), (0, 5), (0, 0)])
         changed.get_layer(layer.name).set_weights(weights)
-    pixels, _ = kce.batch("changed", 4, 16)
-    floats, _ = kce.batch("blog", 4, 16)
+    pixels, labels = kc.make_batch("changed", 4, 16)
+    floats, same_labels = kc.make_batch("blog", 4, 16)
+    assert pixels.dtype == np.uint8 and floats.dtype == np.float32 and floats.max() <= 1
+    np.testing.assert_array_equal(labels, same_labels)
     np.testing.assert_allclose(blog(floats), changed(pixels), rtol=0, atol=1e-6)
     assert changed.get_layer("conv1").input.shape[-1] == 8
+    assert changed.input.dtype == "uint8"
+
+
+def test_pad_channels():
+    layer = kc.PadChannels(8)
+    out = layer(np.ones((2, 3, 3, 3), np.float32))
+    assert out.shape == (2, 3, 3, 8)
+    np.testing.assert_array_equal(np.asarray(out)[..., 3:], 0)
+    assert kc.PadChannels.from_config(layer.get_config()).channels == 8
+    with pytest.raises(ValueError, match="more than"):
+        kc.PadChannels(2)(np.ones((1, 2, 2, 3), np.float32))
+    with pytest.raises(ValueError, match="channels"):
+        kc.PadChannels(0)
+
+
+# --- the counts ---------------------------------------------------------------------------------
+
+
+def test_layer_flops_and_training_passes(blog):
+    forward = {layer.name: kc.layer_flops(layer, 1) for layer in blog.layers[1:]}
+    assert forward["conv1"] == 2 * 128 * 128 * 32 * 5 * 5 * 3
+    assert forward["conv3"] == 2 * 32 * 32 * 128 * 11 * 11 * 64
+    assert forward["dense"] == 2 * 128 * 10
+    assert forward["bn1"] == 5 * 128 * 128 * 32 and forward["pool"] == 32 * 32 * 128
+    passes = kc.training_passes(blog)
+    assert passes["conv1"] == 2 and passes["conv2"] == passes["bn3"] == passes["dense"] == 3
+    assert passes["pool"] == passes["softmax"] == 2  # no weights, input gradient only
+    changed = kc.build_model("changed", 256)
+    assert kc.training_passes(changed)["rescale"] == kc.training_passes(changed)["pad_to_8"] == 1
+    expected = sum(passes[name] * flops for name, flops in forward.items())
+    assert kc.training_flops(blog, 1) == expected
+    assert kc.training_flops(blog, 32) == 32 * expected
+
+
+def test_layer_costs_count_bytes_and_intensity(blog):
+    costs = {r["layer"]: r for r in kc.layer_costs(blog, 128)}
+    conv1 = costs["conv1"]
+    values = 128 * (256 * 256 * 3 + 128 * 128 * 32) + 5 * 5 * 3 * 32 + 32
+    assert conv1["MB moved fp32"] == pytest.approx(4 * values / 1e6)
+    assert conv1["FLOP/byte fp16"] == pytest.approx(2 * conv1["FLOP/byte fp32"])
+    assert sum(r["share of FLOPs"] for r in costs.values()) == pytest.approx(1)
+    small = {r["layer"]: r for r in kc.layer_costs(blog, 32)}
+    assert costs["conv3"]["FLOP/byte fp32"] > small["conv3"]["FLOP/byte fp32"]  # weights amortised
+    assert costs["bn3"]["FLOP/byte fp32"] == pytest.approx(small["bn3"]["FLOP/byte fp32"], 1e-3)
+
+
+def test_tensor_core_check_finds_the_layers_that_break_the_channel_rule(blog):
+    rows = {r["layer"]: r for r in kc.tensor_core_check(blog, 128)}
+    assert [name for name, r in rows.items() if not r["C_in, C_out multiples of 8"]] == [
+        "conv1",
+        "dense",
+    ]
+    assert rows["conv1"]["GEMM M x N x K"] == f"{128 * 128 * 128} x 32 x 75"
+    changed = {r["layer"]: r for r in kc.tensor_core_check(kc.build_model("changed", 256), 128)}
+    assert changed["conv1"]["C_in, C_out multiples of 8"]
+    assert changed["conv1"]["GEMM M x N x K"].endswith("x 200")
+
+
+def test_roofline_by_hand(blog):
+    sheet = kc.DATASHEETS["V100 SXM2"]
+    costs = {r["layer"]: r for r in kc.layer_costs(blog, 128)}
+
+    def seconds(name):  # the longer of the arithmetic and the memory traffic, in FP16
+        r = costs[name]
+        return max(
+            r["GFLOP"] * 1e9 / sheet["fp16 tensor"], r["MB moved fp16"] * 1e6 / sheet["memory"]
+        )
+
+    mixed = kc.roofline(blog, "V100 SXM2", "mixed_float16", 128)
+    assert costs["conv3"]["GFLOP"] * 1e9 / sheet["fp16 tensor"] == seconds("conv3")  # compute
+    expected = 3 * seconds("conv2") + 3 * seconds("conv3")  # three forward passes each
+    assert mixed["conv/dense meeting the rule"] == pytest.approx(expected, rel=1e-12)
+    assert mixed["host copy"] == pytest.approx(128 * 256 * 256 * 3 * 4 / sheet["host link"])
+    rows = kc.roofline_table(blog)
+    assert [(r["GPU (data sheet)"], r["precision"]) for r in rows] == [
+        ("V100 SXM2", "float32"),
+        ("V100 SXM2", "mixed_float16"),
+        ("H100 SXM5", "float32"),
+        ("H100 SXM5", "float32 + TF32"),
+        ("H100 SXM5", "mixed_float16"),
+    ]
+    assert all(r["speedup, layers only"] >= r["speedup with host copy"] >= 1 for r in rows)
+    with pytest.raises(ValueError, match="no tf32"):
+        kc.roofline(blog, "V100 PCIe", "float32 + TF32")
+
+
+# --- the backend, timing and profiling ----------------------------------------------------------
 
 
 def test_float32_variant_switches_tf32_off(kce):
     try:
-        flags = kce.set_tf32("tensorflow", False)
+        flags = kc.set_tf32(False, "tensorflow")
         assert flags == {"tf.config.experimental.enable_tensor_float_32_execution": False}
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(True)
     assert kce.VARIANTS["float32"] == ("float32", False)
+    assert kc.backend_version() == tf.__version__ and kc.device_kind() == "cpu"
+    assert kc.timing_device() == "cpu"
 
 
-def test_layer_profile_waits_for_the_device_after_every_call(kce, monkeypatch):
+def test_layer_profile_waits_for_the_device_after_every_call(monkeypatch):
     calls = []
     monkeypatch.setattr(tf.test.experimental, "sync_devices", lambda: calls.append(1))
-    model = kce.build_model("blog", 8)
-    x, _ = kce.batch("blog", 2, 8)
-    rows = kce.profile_layers(model, x, repeats=1, timing_device="cpu")
+    model = kc.build_model("blog", 8)
+    x, _ = kc.make_batch("blog", 2, 8)
+    rows = kc.profile_layers(model, x, repeats=1, warmup=2)
     assert [r["layer"] for r in rows] == [layer.name for layer in model.layers[1:]]
     timed_calls = 3 * len(rows) + 3 * sum(r["forward_backward_s"] is not None for r in rows)
     assert len(calls) == timed_calls  # warm-up 2 + 1 timed, for each forward and each backward
+    assert all(r["forward_backward_s"] is not None for r in rows)  # every layer has a gradient
+
+
+def test_time_step_times_train_on_batch():
+    model = kc.build_model("blog", 8)
+    x, y = kc.make_batch("blog", 4, 8)
+    timing = kc.time_step(model, x, y, repeats=2, warmup=1)
+    assert len(timing.times) == 2 and timing.median > 0
+    assert int(model.optimizer.iterations.numpy()) == 3
+    assert kc.kernel_profile(model, x, y) is None  # PyTorch backend on a CUDA GPU only
+
+
+# --- the records --------------------------------------------------------------------------------
+
+
+def _data(device="cuda", smoke=False):
+    steps = [
+        {"model": "blog", "variant": v, "feed": "device", "batch": 32, "median_s": s}
+        for v, s in (("mixed_float16", 0.01), ("float32", 0.04), ("float32-tf32", 0.02))
+    ]
+    steps.append({"model": "blog", "variant": "float32", "feed": "host", "batch": 32, "error": "x"})
+    return {
+        "smoke": smoke,
+        "device": device,
+        "backend": "torch",
+        "backend_version": "2.9",
+        "keras_version": "3.12",
+        "backend_note": "test",
+        "models": {"blog": {"flops_per_image_training": 1e9}},
+        "steps_s": steps,
+        "kernels": [
+            {"model": "blog", "variant": "mixed_float16", "batch": 32, "total_us": 2000.0,
+             "tensor_core_us": 1500.0, "kernels": []}
+        ],
+    }  # fmt: skip
+
+
+def test_speedup_rows_and_kernel_shares():
+    rows = kc.speedup_rows(_data())
+    assert [(r["feed"], r["variant"]) for r in rows] == [
+        ("device", "float32"),
+        ("device", "float32-tf32"),
+        ("device", "mixed_float16"),
+        ("host", "float32"),
+    ]
+    mixed = rows[2]
+    assert mixed["vs float32"] == pytest.approx(4) and mixed["vs float32+TF32"] == pytest.approx(2)
+    assert mixed["TFLOP/s"] == pytest.approx(32 / 0.01 * 1e9 / 1e12)
+    assert rows[3]["ms/step"] is None and rows[3]["error"] == "x"
+    assert kc.tensor_core_shares(_data())[0]["share in Tensor Core kernels"] == 0.75
+    runs = kc.step_time_runs(_data(), "device")
+    assert [r["policy"] for r in runs["blog"]] == ["float32", "float32-tf32", "mixed_float16"]
+
+
+def test_find_records_keeps_gpu_runs_of_this_experiment(tmp_path):
+    bench.save_result("keras_cnn_experiment-torch-h100", _data(), out_dir=tmp_path)
+    bench.save_result("keras_cnn_experiment-torch-cpu", _data("cpu"), out_dir=tmp_path)
+    bench.save_result("keras_cnn_experiment-smoke-torch-h100", _data(smoke=True), out_dir=tmp_path)
+    bench.save_result("gemm_sweep-cuda", {"device": "cuda"}, out_dir=tmp_path)
+    ((path, record),) = kc.find_records(tmp_path)
+    assert path.name == "keras_cnn_experiment-torch-h100.json"
+    fields = {r["field"]: r["value"] for r in kc.provenance(path, record).rows}
+    assert fields["Keras backend"] == "torch 2.9 (Keras 3.12)" and fields["note"] == "test"
+    assert {"record", "device", "date", "command", "git commit"} <= set(fields)
+
+
+def test_plot_step_times_marks_every_line():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [
+        {"policy": p, "batch": n, "ms/step": 1.0, "images/s": n / 1e-3}
+        for p in ("float32", "mixed_float16")
+        for n in (32, 64)
+    ]
+    fig = kc.plot_step_times({"blog model": rows, "changed model": rows}, "test")
+    try:
+        lines = [line for ax in fig.axes for line in ax.get_lines()]
+        assert len(lines) == 2 * 2 * 2  # two panels, two models, two policies
+        assert all(line.get_marker() not in (None, "None", "") for line in lines)
+        styles = {(line.get_marker(), line.get_linestyle(), line.get_color()) for line in lines}
+        assert len(styles) == 4  # lines that lie on top of each other stay distinguishable
+    finally:
+        plt.close(fig)
+
+
+# --- the package and the script -----------------------------------------------------------------
+
+
+def test_the_package_gathers_private_modules_of_at_most_500_lines():
+    modules = sorted(m.name for m in pkgutil.iter_modules([str(PACKAGE)]))
+    assert modules and all(name.startswith("_") for name in modules)
+    for name in modules:
+        assert len((PACKAGE / f"{name}.py").read_text().splitlines()) <= 500, name
+    for name in kc.__all__:
+        obj = getattr(kc, name)
+        assert name.isupper() or obj.__module__.startswith("mptutor.keras_cnn._"), name
 
 
 def test_smoke_run_writes_a_record(kce, tmp_path, capsys):
@@ -109,9 +319,11 @@ def test_smoke_run_writes_a_record(kce, tmp_path, capsys):
     }
     combos = {(r["model"], r["variant"], r["feed"]) for r in data["steps_s"] if "median_s" in r}
     assert len(combos) == len(data["steps_s"]) == 2 * 2 * 2
-    assert data["models"]["blog"]["flops_per_image_training"] > 0
+    model = kc.build_model("blog", 8)
+    assert data["models"]["blog"]["flops_per_image_training"] == kc.training_flops(model, 1)
     assert {r["model"] for r in data["layers"]} == {"blog", "changed"}
     assert all("error" not in r for r in data["layers"])
+    assert not kc.find_records(tmp_path)  # a smoke test on a CPU is no GPU result
 
 
 @pytest.mark.slow
@@ -125,6 +337,7 @@ def test_runs_on_the_torch_backend_without_tensorflow_imported(tmp_path):
         "except SystemExit as exit:\n"
         "    assert exit.code == 0, exit.code\n"
         "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'\n"
+        "assert 'mptutor.keras_cnn' in sys.modules\n"
     )
     env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
@@ -133,3 +346,4 @@ def test_runs_on_the_torch_backend_without_tensorflow_imported(tmp_path):
     assert data["backend"] == "torch" and data["smoke"]
     assert data["variants"]["float32"]["tf32"] is False
     assert all("median_s" in r for r in data["steps_s"])
+    assert data["layers"] and all("error" not in r for r in data["layers"])

@@ -5,7 +5,7 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
 
 from mptutor import formats
 from mptutor import tensorflow as mtf
-from mptutor.scaling import DynamicLossScaler, StaticLossScaler
+from mptutor.scaling import DynamicLossScaler, LossScaler, ScaleHistory, StaticLossScaler
 
 tf, keras = mtf.tf, mtf.keras
 
@@ -100,10 +100,12 @@ def test_gradient_stats_of_a_tape():
     with tf.GradientTape() as tape:
         tiny = LOSS(y, model(x)) * 2.0**-20
     grads = tape.gradient(tiny, model.trainable_variables)
-    stats = mtf.gradients_stats(grads + [None], "fp16")
+    stats = mtf.gradient_stats(grads + [None], "fp16")
     assert stats.count == sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     assert stats.underflow > 0  # tiny gradients fall below fp16's range
     assert stats.scaled(2.0**20).underflow < stats.underflow
+    halves = mtf.gradient_stats([tf.cast(g, tf.bfloat16) for g in grads], "bf16")
+    assert halves.count == stats.count and halves.underflow == 0  # bf16 has float32's range
 
 
 def test_bad_arguments():
@@ -122,14 +124,13 @@ def test_bad_arguments():
 # --- device choice and the quiet import --------------------------------------------------------
 
 
-def test_this_cpu_machine_takes_the_cpu_path(monkeypatch):
-    monkeypatch.setattr(mtf.hardware, "has_gpu", lambda: False)
-    assert not mtf.gpu_available()
+def test_this_cpu_machine_takes_the_cpu_path():
+    assert not mtf.gpu_available()  # a CPU-only TensorFlow here
     assert mtf.pick(cpu=16, gpu=256) == 16
     assert mtf.device() == "/CPU:0"
 
 
-def _fake_tensorflow_gpu(monkeypatch, has_gpu, tf_sees_gpu, visible=True, hide_error=None):
+def _fake_tensorflow_gpu(monkeypatch, override, tf_sees_gpu, visible=True, hide_error=None):
     hidden = []
     gpu = ["/physical_device:GPU:0"] if tf_sees_gpu else []
 
@@ -138,7 +139,7 @@ def _fake_tensorflow_gpu(monkeypatch, has_gpu, tf_sees_gpu, visible=True, hide_e
             raise hide_error
         hidden.append((devices, kind))
 
-    monkeypatch.setattr(mtf.hardware, "has_gpu", lambda: has_gpu)
+    monkeypatch.setattr(mtf.hardware, "device_override", lambda: override)
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpu)
     monkeypatch.setattr(tf.config, "get_visible_devices", lambda kind=None: gpu if visible else [])
     monkeypatch.setattr(tf.config, "set_visible_devices", set_visible_devices)
@@ -146,24 +147,76 @@ def _fake_tensorflow_gpu(monkeypatch, has_gpu, tf_sees_gpu, visible=True, hide_e
 
 
 def test_gpu_path_needs_a_gpu_that_tensorflow_can_use(monkeypatch):
-    hidden = _fake_tensorflow_gpu(monkeypatch, has_gpu=True, tf_sees_gpu=True)
-    assert mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 256
-    assert mtf.device() == "/GPU:0" and not hidden
-    _fake_tensorflow_gpu(monkeypatch, has_gpu=True, tf_sees_gpu=False)  # a CPU-only TensorFlow
-    assert not mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 16
-    assert mtf.device() == "/CPU:0"
+    for override in (None, "cuda"):
+        hidden = _fake_tensorflow_gpu(monkeypatch, override, tf_sees_gpu=True)
+        assert mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 256
+        assert mtf.device() == "/GPU:0" and not hidden
+        _fake_tensorflow_gpu(monkeypatch, override, tf_sees_gpu=False)  # a CPU-only TensorFlow
+        assert not mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 16
+        assert mtf.device() == "/CPU:0"  # asking for cuda cannot conjure a GPU
 
 
 def test_cpu_path_hides_the_gpus_from_tensorflow(monkeypatch):
-    hidden = _fake_tensorflow_gpu(monkeypatch, has_gpu=False, tf_sees_gpu=True)  # MPTUTOR_DEVICE
+    hidden = _fake_tensorflow_gpu(monkeypatch, "cpu", tf_sees_gpu=True)  # MPTUTOR_DEVICE=cpu
+    assert not mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 16
     assert mtf.device() == "/CPU:0" and hidden == [([], "GPU")]
-    hidden = _fake_tensorflow_gpu(monkeypatch, has_gpu=False, tf_sees_gpu=True, visible=False)
+    hidden = _fake_tensorflow_gpu(monkeypatch, "cpu", tf_sees_gpu=True, visible=False)
     assert mtf.device() == "/CPU:0" and not hidden  # already hidden: nothing to do
     _fake_tensorflow_gpu(
-        monkeypatch, has_gpu=False, tf_sees_gpu=True, hide_error=RuntimeError("initialized")
+        monkeypatch, "cpu", tf_sees_gpu=True, hide_error=RuntimeError("initialized")
     )
     with pytest.raises(RuntimeError, match="before running anything"):
         mtf.device()
+
+
+def test_device_reads_the_override_only_through_hardware(monkeypatch):
+    monkeypatch.setenv("MPTUTOR_DEVICE", "tpu")  # would raise if read anywhere else
+    monkeypatch.setattr(mtf.hardware, "device_override", lambda: "cpu")
+    assert mtf.device() == "/CPU:0" and not mtf.gpu_available()
+    monkeypatch.undo()
+    monkeypatch.setenv("MPTUTOR_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="MPTUTOR_DEVICE"):
+        mtf.device()
+
+
+def test_common_adapter_names_and_no_old_ones():
+    for old in ("gradients_stats", "LossScaledTrainerStep", "default_context", "LossScaler"):
+        assert not hasattr(mtf, old), old
+    assert {"device", "gradient_stats", "LossScaledStep"} <= set(mtf.__all__)
+    assert all(hasattr(mtf, name) for name in mtf.__all__)
+    assert "clip_norm" in mtf.LossScaledStep.__init__.__code__.co_varnames
+    annotation = mtf.LossScaledStep.__init__.__annotations__["loss_scaler"]
+    assert annotation == "scaling.LossScaler | None" and mtf.scaling.LossScaler is LossScaler
+
+
+class _HalvingScaler:
+    """A scaler of one's own: the LossScaler protocol is all LossScaledStep needs."""
+
+    def __init__(self):
+        self._scale, self.history = 1024.0, ScaleHistory()
+
+    @property
+    def scale(self):
+        return self._scale
+
+    def update(self, found_inf):
+        self.history.append(self._scale, bool(found_inf))
+        self._scale /= 2
+        return not found_inf
+
+    def state_dict(self):
+        return {"scale": self._scale}
+
+    def load_state_dict(self, state):
+        self._scale = state["scale"]
+
+
+def test_any_loss_scaler_will_do():
+    scaler = _HalvingScaler()
+    assert isinstance(scaler, LossScaler)
+    step = mtf.LossScaledStep(_model(), keras.optimizers.SGD(0.1), LOSS, scaler)
+    assert step(*_batch(0))[1] and not step(*_batch(1, poison=np.inf))[1]
+    assert list(scaler.history.scales) == [1024.0, 512.0] and step.loss_scaler is scaler
 
 
 def test_quiet_import_drops_only_the_tensorflow_notices(tmp_path, monkeypatch, capfd):

@@ -12,6 +12,7 @@ The targets, as a Markdown table (for the README)::
     python -m mptutor.bench
 """
 
+from mptutor.bench._cli import add_record_options
 from mptutor.bench._records import (
     RESULTS_DIR,
     find_records,
@@ -49,4 +50,5 @@ __all__ = [
     "provenance",
     "record_figures",
     "check_targets",
+    "add_record_options",
 ]

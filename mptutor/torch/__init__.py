@@ -28,9 +28,10 @@ This file only gathers the public names. The code lives in private modules, one 
 ``_profiling``
     :func:`tensor_core_kernels` (kernel names judged by :mod:`mptutor.kernels`) and
     :func:`count_host_syncs`; both need a CUDA GPU.
-``_debugging``
-    :func:`find_nonfinite` (the first layer that produced an inf or NaN) and
-    :func:`tensor_core_audit` (layer sizes that keep FP16/BF16 GEMMs off Tensor Cores).
+``_nonfinite``
+    :func:`find_nonfinite`: the first module whose output or gradient held an inf or NaN.
+``_tensor_core_audit``
+    :func:`tensor_core_audit`: layer sizes that keep FP16/BF16 GEMMs off Tensor Cores.
 ``_distributed``
     :class:`Workers` and :func:`launch`: functions run in a few ``torch.distributed``
     processes on one machine (notebook 08).
@@ -40,13 +41,6 @@ Timing, the TF32 switch, GEMM sweeps and training-step measurements are in
 """
 
 from mptutor.torch._conversion import bn_to_float, network_to_half
-from mptutor.torch._debugging import (
-    NonFiniteRecord,
-    ShapeIssue,
-    TensorCoreAudit,
-    find_nonfinite,
-    tensor_core_audit,
-)
 from mptutor.torch._device import device
 from mptutor.torch._distributed import (
     DistributedRun,
@@ -63,7 +57,9 @@ from mptutor.torch._master_weights import (
     model_grads_to_master_grads,
     prep_param_lists,
 )
+from mptutor.torch._nonfinite import NonFiniteRecord, find_nonfinite
 from mptutor.torch._profiling import count_host_syncs, tensor_core_kernels
+from mptutor.torch._tensor_core_audit import ShapeIssue, TensorCoreAudit, tensor_core_audit
 
 __all__ = [
     "device",

@@ -1,0 +1,346 @@
+"""What each layer costs, counted from its shapes: FLOPs, bytes, Tensor Core rules, a roofline.
+
+Nothing here runs a model: the counts come from the layers' input and output shapes, so they
+are the same on every machine and for every Keras backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from mptutor.checks import check_scalar
+
+__all__ = [
+    "FLOPS_PER_VALUE",
+    "DATASHEETS",
+    "PRECISIONS",
+    "layer_flops",
+    "layer_costs",
+    "training_passes",
+    "training_flops",
+    "tensor_core_check",
+    "roofline",
+    "roofline_table",
+]
+
+#: FLOPs per value of the layers that are neither convolutions nor dense layers: BatchNorm's
+#: mean, variance, normalisation, scale and shift; a softmax's exponential, sum and division
+#: (per output value); pooling's one addition (per input value); a rescaling's multiplication.
+FLOPS_PER_VALUE = {
+    "BatchNormalization": 5,
+    "GlobalAveragePooling2D": 1,
+    "Activation": 5,
+    "Rescaling": 1,
+}
+
+#: Peak rates from NVIDIA's data sheets (dense, without sparsity), not measurements: FLOP/s of
+#: the FP32 units, of the TF32 and FP16 Tensor Cores, and bytes/s of the GPU memory and of the
+#: host link in one direction (PCIe 3.0 x16 for the V100s, PCIe 5.0 x16 for the H100).
+DATASHEETS: dict[str, dict[str, float | None]] = {
+    "V100 SXM2": {
+        "fp32": 15.7e12,
+        "tf32": None,
+        "fp16 tensor": 125e12,
+        "memory": 900e9,
+        "host link": 16e9,
+    },
+    "V100 PCIe": {
+        "fp32": 14e12,
+        "tf32": None,
+        "fp16 tensor": 112e12,
+        "memory": 900e9,
+        "host link": 16e9,
+    },
+    "H100 SXM5": {
+        "fp32": 67e12,
+        "tf32": 495e12,
+        "fp16 tensor": 990e12,
+        "memory": 3.35e12,
+        "host link": 64e9,
+    },
+}
+
+#: Precision name: (the data sheet rate of the layers that meet the channel rule, bytes per
+#: value).
+PRECISIONS = {
+    "float32": ("fp32", 4),
+    "float32 + TF32": ("tf32", 4),
+    "mixed_float16": ("fp16 tensor", 2),
+}
+
+
+def _values(shape: Any) -> int:
+    return int(np.prod([int(d) for d in shape[1:]]))
+
+
+def layer_flops(layer: keras.layers.Layer, batch_size: int = 1) -> int:
+    """Count the FLOPs of one forward pass of a layer.
+
+    A convolution does ``2 * kh * kw * C_in`` FLOPs per output value and a dense layer
+    ``2 * C_in`` (a multiply and an add per weight; bias and fused ReLU not counted); other
+    layers do :data:`FLOPS_PER_VALUE` per value, or none.
+
+    Parameters
+    ----------
+    layer : keras.layers.Layer
+        A layer of a built functional model (its ``input`` and ``output`` are known).
+    batch_size : int, optional
+        Images in the batch.
+
+    Returns
+    -------
+    int
+        FLOPs.
+    """
+    batch_size = check_scalar(batch_size, "batch_size", int, min_val=1)
+    n_out = batch_size * _values(layer.output.shape)
+    c_in = int(layer.input.shape[-1])
+    if isinstance(layer, keras.layers.Conv2D):
+        kh, kw = layer.kernel_size
+        return 2 * n_out * kh * kw * c_in
+    if isinstance(layer, keras.layers.Dense):
+        return 2 * n_out * c_in
+    kind = type(layer).__name__
+    if kind == "GlobalAveragePooling2D":
+        return FLOPS_PER_VALUE[kind] * batch_size * _values(layer.input.shape)
+    return FLOPS_PER_VALUE.get(kind, 0) * n_out
+
+
+def layer_costs(model: keras.Model, batch_size: int = 128) -> list[dict[str, Any]]:
+    """Tabulate FLOPs, bytes moved and arithmetic intensity of each layer's forward pass.
+
+    The bytes are one read of the input and the weights (all of them, BatchNorm's moving
+    statistics included) and one write of the output, in the compute dtype: the least that
+    any implementation must move.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A functional model.
+    batch_size : int, optional
+        Images in the batch.
+
+    Returns
+    -------
+    list of dict
+        One row per layer after the input: ``layer, kind, GFLOP, MB moved fp32, MB moved fp16,
+        FLOP/byte fp32, FLOP/byte fp16, share of FLOPs``.
+    """
+    rows = []
+    for layer in model.layers[1:]:
+        flops = layer_flops(layer, batch_size)
+        values = (
+            batch_size * (_values(layer.input.shape) + _values(layer.output.shape))
+            + layer.count_params()
+        )
+        rows.append(
+            {
+                "layer": layer.name,
+                "kind": type(layer).__name__,
+                "GFLOP": flops / 1e9,
+                "MB moved fp32": 4 * values / 1e6,
+                "MB moved fp16": 2 * values / 1e6,
+                "FLOP/byte fp32": flops / (4 * values),
+                "FLOP/byte fp16": flops / (2 * values),
+            }
+        )
+    total = sum(r["GFLOP"] for r in rows)
+    for r in rows:
+        r["share of FLOPs"] = r["GFLOP"] / total
+    return rows
+
+
+def training_passes(model: keras.Model) -> dict[str, int]:
+    """Count each layer's work in a training step, in forward passes.
+
+    The backward pass of a layer computes the gradient of its weights (as much arithmetic as
+    its forward pass) and, when a trainable layer comes before it, the gradient of its input
+    (as much again). So a trainable layer costs 3 forward passes, the first one 2 (nobody needs
+    the gradient of the images), a layer without weights after a trainable one 2, and a layer
+    before every trainable one 1 (no gradient at all).
+
+    Parameters
+    ----------
+    model : keras.Model
+        A functional model.
+
+    Returns
+    -------
+    dict
+        Layer name: passes, for every layer after the input.
+    """
+    passes, trained_before = {}, False
+    for layer in model.layers[1:]:
+        trainable = bool(layer.trainable_weights)
+        passes[layer.name] = 1 + trainable + trained_before
+        trained_before = trained_before or trainable
+    return passes
+
+
+def training_flops(model: keras.Model, batch_size: int = 1) -> int:
+    """Count the FLOPs of one training step: forward and backward passes of every layer.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A functional model.
+    batch_size : int, optional
+        Images in the batch.
+
+    Returns
+    -------
+    int
+        The sum over the layers of :func:`training_passes` times :func:`layer_flops`.
+    """
+    passes = training_passes(model)
+    return sum(passes[layer.name] * layer_flops(layer, batch_size) for layer in model.layers[1:])
+
+
+def tensor_core_check(model: keras.Model, batch_size: int = 128) -> list[dict[str, Any]]:
+    """List the matrix products of the convolutions and dense layers and the channel rule.
+
+    A convolution runs as an implicit GEMM with ``M = batch * H_out * W_out`` output positions,
+    ``N = C_out`` filters and a reduction over ``K = kh * kw * C_in``; a dense layer as one with
+    ``M = batch``, ``N = units``, ``K = C_in``. NVIDIA's rule for FP16 Tensor Cores: ``C_in``
+    and ``C_out`` multiples of 8.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A functional model.
+    batch_size : int, optional
+        Images in the batch.
+
+    Returns
+    -------
+    list of dict
+        ``layer, kernel, C_in, C_out, GEMM M x N x K, C_in, C_out multiples of 8,
+        share of FLOPs``.
+    """
+    share = {r["layer"]: r["share of FLOPs"] for r in layer_costs(model, batch_size)}
+    rows = []
+    for layer in model.layers[1:]:
+        c_in = int(layer.input.shape[-1])
+        if isinstance(layer, keras.layers.Conv2D):
+            kh, kw = layer.kernel_size
+            c_out, kernel, k = layer.filters, f"{kh}x{kw}", kh * kw * c_in
+            m = batch_size * int(layer.output.shape[1]) * int(layer.output.shape[2])
+        elif isinstance(layer, keras.layers.Dense):
+            c_out, kernel, k, m = layer.units, "-", c_in, batch_size
+        else:
+            continue
+        rows.append(
+            {
+                "layer": layer.name,
+                "kernel": kernel,
+                "C_in": c_in,
+                "C_out": c_out,
+                "GEMM M x N x K": f"{m} x {c_out} x {k}",
+                "C_in, C_out multiples of 8": c_in % 8 == 0 and c_out % 8 == 0,
+                "share of FLOPs": share[layer.name],
+            }
+        )
+    return rows
+
+
+def roofline(
+    model: keras.Model, gpu: str, precision: str, batch_size: int = 128
+) -> dict[str, float]:
+    """Estimate the seconds of one training step on a GPU from its data sheet, by part.
+
+    Each layer takes the longer of its FLOPs at the peak rate and its bytes at the memory
+    bandwidth, times its :func:`training_passes`. Convolutions and dense layers that meet the
+    channel rule get the precision's Tensor Core rate (the FP32 rate for ``float32``); every
+    other layer the FP32 rate. The host copy is the input batch, in the model's input dtype,
+    over the host link. No launch costs, no framework overhead: a best case.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A functional model.
+    gpu : str
+        A key of :data:`DATASHEETS`.
+    precision : str
+        A key of :data:`PRECISIONS`.
+    batch_size : int, optional
+        Images in the batch.
+
+    Returns
+    -------
+    dict
+        Seconds of ``conv/dense meeting the rule``, ``conv/dense breaking it``,
+        ``elementwise and pooling`` and ``host copy``.
+
+    Raises
+    ------
+    KeyError
+        If ``gpu`` or ``precision`` is unknown.
+    ValueError
+        If the data sheet of ``gpu`` has no rate for ``precision``.
+    """
+    rates = DATASHEETS[gpu]
+    rate_name, nbytes = PRECISIONS[precision]
+    if rates[rate_name] is None:
+        raise ValueError(f"the {gpu} data sheet has no {rate_name} rate")
+    meets_rule = {
+        r["layer"] for r in tensor_core_check(model, batch_size) if r["C_in, C_out multiples of 8"]
+    }
+    parts = dict.fromkeys(
+        ("conv/dense meeting the rule", "conv/dense breaking it", "elementwise and pooling"), 0.0
+    )
+    passes = training_passes(model)
+    for r in layer_costs(model, batch_size):
+        if r["kind"] not in ("Conv2D", "Dense"):
+            part = "elementwise and pooling"
+        elif r["layer"] in meets_rule:
+            part = "conv/dense meeting the rule"
+        else:
+            part = "conv/dense breaking it"
+        fast = part == "conv/dense meeting the rule"
+        rate = rates[rate_name] if fast else rates["fp32"]
+        moved = r[f"MB moved fp{8 * nbytes}"] * 1e6
+        seconds = max(r["GFLOP"] * 1e9 / rate, moved / rates["memory"])
+        parts[part] += passes[r["layer"]] * seconds
+    input_bytes = batch_size * _values(model.input.shape) * np.dtype(model.input.dtype).itemsize
+    parts["host copy"] = input_bytes / rates["host link"]
+    return parts
+
+
+def roofline_table(
+    model: keras.Model, gpus: tuple[str, ...] = ("V100 SXM2", "H100 SXM5"), batch_size: int = 128
+) -> list[dict[str, Any]]:
+    """Tabulate :func:`roofline` for every precision a GPU's data sheet has, with speedups.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A functional model.
+    gpus : tuple of str, optional
+        Keys of :data:`DATASHEETS`.
+    batch_size : int, optional
+        Images in the batch.
+
+    Returns
+    -------
+    list of dict
+        ``GPU (data sheet), precision``, milliseconds of each part, and the speedup over
+        ``float32`` on the same GPU, for the layers only and with the host copy.
+    """
+    rows = []
+    for gpu in gpus:
+        base = roofline(model, gpu, "float32", batch_size)
+        base_layers = sum(base.values()) - base["host copy"]
+        for precision, (rate_name, _) in PRECISIONS.items():
+            if DATASHEETS[gpu][rate_name] is None:
+                continue
+            parts = roofline(model, gpu, precision, batch_size)
+            layers = sum(parts.values()) - parts["host copy"]
+            row: dict[str, Any] = {"GPU (data sheet)": gpu, "precision": precision}
+            row.update({f"{part} ms": 1e3 * seconds for part, seconds in parts.items()})
+            row["speedup, layers only"] = base_layers / layers
+            row["speedup with host copy"] = sum(base.values()) / sum(parts.values())
+            rows.append(row)
+    return rows
