@@ -559,6 +559,12 @@ def test_checkpoint_errors(tmp_path, monkeypatch):
     (tmp_path / "junk.params").write_bytes(b"not an MXNet file")
     with pytest.raises(ValueError, match="not an MXNet array file"):
         mmx.load_master_weights(net, tmp_path / "junk.params")
+    waiting = _tiny_net()  # shapes unknown until its first batch
+    trainer = gluon.Trainer(waiting.collect_params(), "sgd", {"multi_precision": True})
+    with pytest.raises(ValueError, match="not initialised yet .*one batch"):
+        mmx.load_master_weights(waiting, good.path, trainer)
+    waiting(mx.nd.ones((1, 3, 4, 4)))
+    assert mmx.load_master_weights(waiting, good.path, trainer) == 0  # float32: no masters
 
 
 # --------------------------------------------------------------------------------------------

@@ -203,6 +203,23 @@ def save_master_weights(
     )
 
 
+def _require_initialised(params: Mapping[str, Any], source: Path) -> None:
+    """Refuse a network whose parameters still wait for their first forward pass."""
+    waiting = []
+    for key, param in params.items():
+        try:
+            param.data()
+        except gluon.parameter.DeferredInitializationError:
+            waiting.append(key)
+    if waiting:
+        raise ValueError(
+            f"cannot load {source} with a trainer into a network whose parameters are not "
+            f"initialised yet ({waiting[:3]}{' ...' if len(waiting) > 3 else ''}: deferred "
+            "initialisation). Pass one batch through the network first, or give its layers "
+            "their input sizes (in_units, in_channels)."
+        )
+
+
 def load_master_weights(
     net: gluon.Block,
     path: str | os.PathLike[str],
@@ -236,7 +253,9 @@ def load_master_weights(
         If ``path`` does not exist.
     ValueError
         If the file is not a dict of float32 arrays, or its names or shapes do not match the
-        network's parameters (the message lists the differences).
+        network's parameters (the message lists the differences), or if a ``trainer`` is given
+        while the network's parameters still wait for their first forward pass (deferred
+        initialisation).
     """
     source = Path(path)
     if not source.is_file():
@@ -266,6 +285,8 @@ def load_master_weights(
         shape = tuple(loaded[key].shape)
         if 0 not in known and known != shape:
             raise ValueError(f"{key}: the file has shape {shape}, the network {known}")
+    if trainer is not None:
+        _require_initialised(params, source)
     set_masters = 0
     updaters = _updaters(trainer) if trainer is not None else []
     for key, param in params.items():

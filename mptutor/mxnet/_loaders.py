@@ -114,8 +114,9 @@ def image_folder_loaders(
     batch_size : int, default 64
         Images per batch (a multiple of 8 suits float16 Tensor Cores).
     num_workers : int, default 0
-        Worker processes that decode images; 0 decodes in this process (repeatable, and what CI
-        uses); e.g. ``os.cpu_count()`` on a GPU machine.
+        Worker processes that decode images; 0 decodes in this process (what CI uses), e.g.
+        ``os.cpu_count()`` on a GPU machine. The batch order comes from NumPy's global random
+        state either way.
     resize : int, optional
         Short edge before the centre crop; default ``image_size``.
     mean, std : tuple of float
