@@ -308,6 +308,28 @@ def test_predict_and_batch_statistics(loaders):
         mmx.predict(net, [])
 
 
+def test_refresh_statistics_moves_the_running_averages_and_nothing_else(loaders):
+    net = _tiny_net()
+    net(next(iter(loaders.train))[0])
+    weights = {k: p.data().copy() for k, p in net.collect_params().items() if "running" not in k}
+    before = net.bn.running_var.data().copy()
+    assert mmx.refresh_statistics(net, loaders.train, 2) == 2
+    assert not np.allclose(net.bn.running_var.data().asnumpy(), before.asnumpy())
+    for key, value in weights.items():  # no optimizer step: the weights are where they were
+        assert np.array_equal(net.collect_params()[key].data().asnumpy(), value.asnumpy())
+    # the averages follow the batches: many batches of the same data converge on its statistics
+    same = [next(iter(loaders.train))] * 60
+    mmx.refresh_statistics(net, same, 60)
+    settled = net.bn.running_mean.data().asnumpy()
+    mmx.refresh_statistics(net, same, 1)
+    assert np.allclose(net.bn.running_mean.data().asnumpy(), settled, rtol=1e-3, atol=1e-5)
+    assert mmx.refresh_statistics(net, same[:3], 10) == 3  # fewer batches than asked
+    with pytest.raises(ValueError, match="no batches"):
+        mmx.refresh_statistics(net, [], 1)
+    with pytest.raises(ValueError, match="batches"):
+        mmx.refresh_statistics(net, loaders.train, 0)
+
+
 def test_train_updates_the_input_batchnorm_statistics(loaders):
     net = _tiny_net()
     mmx.train(net, loaders.train, loaders.test, epochs=1, progress=False)

@@ -47,7 +47,8 @@ This file only gathers the public names. The code lives in private modules, one 
 ``_training``
     :func:`make_trainer` and :func:`train`.
 ``_evaluation``
-    :func:`evaluate` and :func:`predict`.
+    :func:`evaluate`, :func:`predict`, and :func:`refresh_statistics` (BatchNorm's running
+    averages refreshed with the weights fixed).
 ``_checkpoints``
     :func:`master_weights`, :class:`Checkpoint`, :func:`save_master_weights`,
     :func:`load_master_weights`: the optimizer's float32 master copies, saved and restored.
@@ -77,7 +78,7 @@ from mptutor.mxnet._checkpoints import (
     save_master_weights,
 )
 from mptutor.mxnet._context import DTYPES, NO_FP16_ON_CPU, check_dtype, context, pick, seed
-from mptutor.mxnet._evaluation import evaluate, predict
+from mptutor.mxnet._evaluation import evaluate, predict, refresh_statistics
 from mptutor.mxnet._history import EpochStats, History
 
 # MXNet's own modules, as _imports imported them: attributes of this package, not in `*`.
@@ -125,6 +126,7 @@ __all__ = [
     "train",
     "evaluate",
     "predict",
+    "refresh_statistics",
     "master_weights",
     "save_master_weights",
     "load_master_weights",
