@@ -86,27 +86,15 @@ def set_tf32(allowed: bool, backend: str | None = None) -> dict[str, Any]:
     Returns
     -------
     dict
-        The settings made, by name, for the record.
+        The settings made, by name, for the record. On PyTorch they are made by
+        :func:`mptutor.torch_perf.set_tf32`.
     """
     name = _name(backend)
     if name == "torch":
-        import torch
+        from mptutor import torch_perf
 
-        conv = getattr(torch.backends.cudnn, "conv", None)
-        if conv is not None and hasattr(conv, "fp32_precision"):  # PyTorch 2.9 and later
-            value = "tf32" if allowed else "ieee"
-            torch.backends.cudnn.conv.fp32_precision = value
-            torch.backends.cuda.matmul.fp32_precision = value
-            return {
-                "torch.backends.cudnn.conv.fp32_precision": value,
-                "torch.backends.cuda.matmul.fp32_precision": value,
-            }
-        torch.backends.cudnn.allow_tf32 = allowed
-        torch.backends.cuda.matmul.allow_tf32 = allowed
-        return {
-            "torch.backends.cudnn.allow_tf32": allowed,
-            "torch.backends.cuda.matmul.allow_tf32": allowed,
-        }
+        torch_perf.set_tf32(allowed)
+        return {"torch": torch_perf.tf32_settings()}
     if name == "jax":
         import jax
 
