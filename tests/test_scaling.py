@@ -27,8 +27,10 @@ dynamic_args = st.fixed_dictionaries(
         "growth_factor": st.floats(1.0, 1e6, exclude_min=True),
         "backoff_factor": st.floats(0.0, 1.0, exclude_min=True, exclude_max=True),
         "growth_interval": st.integers(1, 4),
+        # the default floor, the smallest float32 > 0 (no floor), or any: init_scale above it
+        "min_scale": st.one_of(st.just(1.0), st.just(2.0**-149), positive),
     }
-)
+).map(lambda a: a | {"min_scale": min(a["min_scale"], a["init_scale"])})
 
 
 @given(args=dynamic_args, seq=st.lists(st.booleans(), max_size=60))
@@ -36,7 +38,7 @@ def test_scale_is_always_a_finite_positive_float32_and_update_says_not_found(arg
     scaler = DynamicLossScaler(**args)
     for found in seq:
         assert scaler.update(found) is (not found)
-        assert 0 < scaler.scale <= FLOAT32_MAX
+        assert 0 < scaler.min_scale <= scaler.scale <= FLOAT32_MAX
         assert float(np.float32(scaler.scale)) == scaler.scale
         assert 0 <= scaler.growth_tracker < scaler.growth_interval
     assert scaler.history.steps == len(seq)
@@ -50,6 +52,7 @@ def test_scale_is_always_a_finite_positive_float32_and_update_says_not_found(arg
 def test_scale_stays_within_min_and_max(args, bounds, seq):
     low, high = bounds
     args = dict(args)
+    del args["min_scale"]
     init = min(max(args.pop("init_scale"), low), high)
     try:
         scaler = DynamicLossScaler(init, min_scale=low, max_scale=high, **args)
@@ -144,18 +147,19 @@ def test_bounds_are_rounded_inwards_to_float32():
     assert DynamicLossScaler(1.0, max_scale=1e300).max_scale == FLOAT32_MAX
     assert DynamicLossScaler(1.0, min_scale=1e-60).min_scale == 2.0**-149
     # init_scale rounds to float32 and is kept inside the rounded bounds.
-    assert DynamicLossScaler(init_scale=0.1, max_scale=0.1).scale <= 0.1
+    assert DynamicLossScaler(init_scale=0.1, min_scale=0.01, max_scale=0.1).scale <= 0.1
     assert DynamicLossScaler(init_scale=1000.1).scale == float(np.float32(1000.1))
 
 
 def test_backoff_never_reaches_zero():
-    s = DynamicLossScaler(init_scale=2.0**-148, backoff_factor=0.25)
+    tiny = 2.0**-149  # the smallest float32 > 0: the lowest floor there is
+    s = DynamicLossScaler(init_scale=2.0**-148, backoff_factor=0.25, min_scale=tiny)
     s.update(True)
-    assert s.scale == 2.0**-148  # 2**-150 would round to 0: kept
-    s = DynamicLossScaler(init_scale=2.0**-148, backoff_factor=0.5)
+    assert s.scale == tiny  # 2**-150 would round to 0: stops at the floor
+    s = DynamicLossScaler(init_scale=2.0**-148, backoff_factor=0.5, min_scale=tiny)
     s.update(True)
     s.update(True)
-    assert s.scale == 2.0**-149
+    assert s.scale == tiny and s.overflows_at_floor == 1
 
 
 def test_found_inf_accepts_bool_likes():
@@ -231,6 +235,7 @@ def test_state_dict_contents():
         "type": "DynamicLossScaler",
         "scale": 32.0,
         "growth_tracker": 1,
+        "overflows_at_floor": 0,
         "growth_factor": 2.0,
         "backoff_factor": 0.5,
         "growth_interval": 5,
@@ -329,7 +334,9 @@ POSITIVE = r"must be in \(0, inf\)"
         ({"min_scale": -1}, ValueError, f"min_scale {POSITIVE}, got -1"),
         ({"min_scale": math.inf}, ValueError, "min_scale must be a finite number"),
         ({"min_scale": math.nan}, ValueError, "min_scale must be a finite number"),
-        ({"min_scale": True}, TypeError, "min_scale must be a real number or None"),
+        ({"min_scale": True}, TypeError, "min_scale must be a real number, got True"),
+        ({"min_scale": None}, TypeError, "min_scale must be a real number, got None"),
+        ({"init_scale": 0.5}, ValueError, "init_scale=0.5 is below min_scale=1.0, the floor"),
         ({"max_scale": 0}, ValueError, f"max_scale {POSITIVE}, got 0"),
         ({"max_scale": math.inf}, ValueError, "max_scale must be a finite number"),
         ({"max_scale": math.nan}, ValueError, "max_scale must be a finite number"),
@@ -452,3 +459,74 @@ def test_scaling_imports_only_the_standard_library_numpy_and_mptutor():
                 imported.add((node.module or "").split(".")[0])
     assert "numpy" in imported
     assert imported - {"numpy", "mptutor"} <= set(sys.stdlib_module_names), imported
+
+
+# --- the floor: a long run of overflows (issue: training must resume afterwards) -------------
+
+
+def test_default_floor_is_one_and_a_long_overflow_run_stops_there():
+    s = DynamicLossScaler()
+    assert s.min_scale == 1.0
+    for _ in range(300):  # more than the 16 halvings from 2**16 to 1, and the 149 to 2**-149
+        assert s.update(True) is False
+    assert s.scale == 1.0
+    assert s.overflows_at_floor == 300 - 16  # the first 16 overflows were above the floor
+    assert s.update(False) is True  # finite batches are back: the step is taken at once
+    assert s.scale == 1.0 and s.overflows_at_floor == 0
+
+
+def test_overflows_at_floor_counts_consecutive_overflows_at_the_floor_only():
+    s = DynamicLossScaler(init_scale=4.0, min_scale=2.0, growth_interval=2)
+    assert [s.update(f) for f in (True, True, True)] == [False] * 3
+    assert (s.scale, s.overflows_at_floor) == (2.0, 2)  # 4 -> 2 was not at the floor yet
+    s.update(False)
+    assert s.overflows_at_floor == 0
+    s.update(True)
+    assert s.overflows_at_floor == 1
+    state = s.state_dict()
+    assert state["overflows_at_floor"] == 1
+    resumed = DynamicLossScaler()
+    resumed.load_state_dict(state)
+    assert resumed.overflows_at_floor == 1 and resumed.state_dict() == state
+    assert "overflows_at_floor=1" in repr(s)
+
+
+def test_a_state_dict_saved_before_the_floor_existed_still_loads():
+    # No floor then: min_scale None and no overflows_at_floor. The old scaler stopped at the
+    # smallest float32 > 0, which is what min_scale=2**-149 does now.
+    old = {
+        "type": "DynamicLossScaler",
+        "scale": 2.0**-20,
+        "growth_tracker": 3,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+        "min_scale": None,
+        "max_scale": None,
+        "steps": 40,
+    }
+    s = DynamicLossScaler()
+    s.load_state_dict(old)
+    assert (s.scale, s.min_scale, s.growth_tracker, s.overflows_at_floor) == (
+        2.0**-20,
+        2.0**-149,
+        3,
+        0,
+    )
+    assert s.history.steps == 40
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d | {"overflows_at_floor": -1}, r"overflows_at_floor'\] must be in \[0, inf\]"),
+        (lambda d: d | {"overflows_at_floor": 1.0}, r"overflows_at_floor'\] must be an int"),
+        (lambda d: d | {"overflows_at_floor": 2}, "overflows_at_floor.*only at the floor"),
+    ],
+)
+def test_load_state_dict_checks_overflows_at_floor(change, message):
+    s = DynamicLossScaler(init_scale=8.0)
+    before = s.state_dict()
+    with pytest.raises(ValueError, match=message):
+        s.load_state_dict(change(_good_state()))
+    assert s.state_dict() == before

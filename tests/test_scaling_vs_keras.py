@@ -54,8 +54,8 @@ def test_matches_keras_loss_scale_optimizer(init, growth_steps, seq):
     # Where Keras's semantics coincide (factors 2 and 0.5, scale within float32) the
     # trajectories are identical, including the count that triggers growth.
     *expected, _ = run_keras(init, growth_steps, seq)
-    ours = DynamicLossScaler(
-        init, growth_factor=2.0, backoff_factor=0.5, growth_interval=growth_steps
+    ours = DynamicLossScaler(  # Keras has no floor: ours gets the lowest there is
+        init, 2.0, 0.5, growth_interval=growth_steps, min_scale=2.0**-149
     )
     assert run_ours(ours, seq) == tuple(expected)
 
@@ -75,7 +75,7 @@ def test_keras_grows_to_inf_and_stays_there():
     used, skipped, after, _ = run_keras(2.0**126, 1, seq)
     assert after == [2.0**127] + [math.inf] * 5
     assert skipped == [False, False, True, True, True, True]
-    ours = run_ours(DynamicLossScaler(2.0**126, growth_interval=1), seq)
+    ours = run_ours(DynamicLossScaler(2.0**126, growth_interval=1, min_scale=2.0**-149), seq)
     assert ours[2] == [2.0**127] * 4 + [2.0**126, 2.0**127]
     assert ours[1] == [False] * 4 + [True, False]
 
@@ -89,5 +89,5 @@ def test_keras_backs_off_to_zero_and_then_writes_nan():
     used, skipped, after, weight = run_keras(2.0**-120, 1, seq)
     assert after == [2.0 ** (-121 - i) for i in range(6)] + [0.0, 0.0, 0.0]
     assert all(skipped[:8]) and not skipped[8] and math.isnan(weight)
-    ours = run_ours(DynamicLossScaler(2.0**-120, growth_interval=1), seq)
+    ours = run_ours(DynamicLossScaler(2.0**-120, growth_interval=1, min_scale=2.0**-149), seq)
     assert ours[2] == [2.0 ** (-121 - i) for i in range(8)] + [2.0**-127]

@@ -35,7 +35,9 @@ def test_mxnet_loss_scaler_is_ours_one_step_late(growth_steps, seq):
         used.append(theirs.loss_scale)  # what amp.scale_loss multiplies the loss by
         param.grad()[:] = GRADIENT[kind]
         skipped.append(theirs.has_overflow([param]))
-    ours = DynamicLossScaler(2.0**16, growth_interval=growth_steps, max_scale=2.0**24)
+    ours = DynamicLossScaler(  # MXNet has no floor: ours gets the lowest there is
+        2.0**16, growth_interval=growth_steps, min_scale=2.0**-149, max_scale=2.0**24
+    )
     ours_used, ours_skipped, _ = run_ours(ours, seq)
     assert skipped == ours_skipped
     assert used == ([2.0**16] + ours_used)[: len(seq)]

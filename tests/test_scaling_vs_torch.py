@@ -1,5 +1,7 @@
 """DynamicLossScaler against torch.amp.GradScaler, driven for real with finite, inf or NaN
-gradients: the same scales, bit for bit, and the same skipped steps (docs/loss-scaling-notes.md).
+gradients: the same scales, bit for bit, and the same skipped steps, as long as GradScaler's
+scale stays at or above our floor (docs/loss-scaling-notes.md). GradScaler has no floor; the
+comparisons of whole trajectories give ours the lowest floor there is, ``TINY``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from scaling_steps import (  # noqa: E402
 )
 
 from mptutor.scaling import FLOAT32_MAX, DynamicLossScaler, StaticLossScaler  # noqa: E402
+
+#: The smallest float32 > 0: as a floor it lets the scale go wherever GradScaler's goes but 0.
+TINY = 2.0**-149
 
 # GradScaler arguments: small growth intervals, non-power-of-two factors, scales near the top
 # of float32 (growth there would overflow) and the defaults.
@@ -72,11 +77,19 @@ def run_grad_scaler(
 
 def assert_matches_grad_scaler(kwargs: dict, seq: list[str]) -> None:
     expected = run_grad_scaler(kwargs, seq)
-    got = run_ours(DynamicLossScaler(**kwargs), seq)
+    got = run_ours(DynamicLossScaler(**kwargs, min_scale=TINY), seq)
     assert got[0] == expected[0], "scales used differ"
     assert got[1] == expected[1], "skipped steps differ"
     assert got[2] == expected[2], "scales after update differ"
     assert expected[1] == [kind != CLEAN for kind in seq]  # the driver works as intended
+    # With the default floor of 1: the same trajectory until GradScaler's scale drops below 1;
+    # from there ours stays at 1 until it grows again. The same steps are skipped throughout.
+    if kwargs.get("init_scale", 2.0**16) >= 1:
+        floored = run_ours(DynamicLossScaler(**kwargs), seq)
+        below = next((i for i, s in enumerate(expected[2]) if s < 1), len(seq))
+        assert floored[2][:below] == expected[2][:below]
+        assert floored[1] == expected[1]
+        assert all(s >= 1 for s in floored[2])
 
 
 @given(kwargs=st.sampled_from(TORCH_ARGS), seq=sequences)
@@ -154,10 +167,30 @@ def test_grad_scaler_backs_off_to_zero_and_stays_there_where_ours_stops():
     assert after[:10] == [2.0 ** (-141 - i) for i in range(9)] + [0.0]
     assert after[9:] == [0.0] * 6 and all(skipped[:12])
     assert all(math.isnan(w) for w in weights[12:])  # the "clean" steps at scale 0
-    ours = run_ours(DynamicLossScaler(2.0**-140, growth_interval=1), seq)
+    ours = run_ours(DynamicLossScaler(2.0**-140, growth_interval=1, min_scale=TINY), seq)
     assert ours[2][:9] == after[:9]
     assert ours[2][9:] == [2.0**-149] * 3 + [2.0**-148, 2.0**-147, 2.0**-146]
     assert ours[1] == [True] * 12 + [False] * 3
+
+
+def test_after_a_long_overflow_run_grad_scaler_is_at_zero_for_good_and_ours_resumes():
+    # 200 NaN batches in a row with the defaults, then finite ones. GradScaler halves 2**16
+    # down to exactly 0 and stays there, and its later "clean" steps write NaN into the
+    # weights. DynamicLossScaler stops at its floor of 1 and takes the finite steps.
+    seq = [NAN] * 200 + [CLEAN] * 3
+    weights: list[float] = []
+    used, skipped, after = run_grad_scaler({}, seq, weights)
+    assert after[:16] == [2.0 ** (15 - i) for i in range(16)]  # the same halvings as ours
+    assert after[199:] == [0.0] * 4 and all(skipped[:200])
+    assert all(math.isnan(w) for w in weights[200:])
+    ours = DynamicLossScaler()
+    o_used, o_skipped, o_after = run_ours(ours, seq)
+    assert o_after[:16] == after[:16] and o_after[16:] == [1.0] * (len(seq) - 16)
+    assert o_skipped == [True] * 200 + [False] * 3
+    assert ours.overflows_at_floor == 0 and o_used[200] == 1.0  # reset by the clean steps
+    stuck = DynamicLossScaler()
+    run_ours(stuck, seq[:200])
+    assert stuck.overflows_at_floor == 200 - 16  # the NaN batches that came at the floor
 
 
 def test_grad_scaler_writes_inf_into_weights_once_its_scale_is_below_2_to_minus_128():

@@ -8,7 +8,9 @@ high; when a step's gradients contain inf or NaN it skips that optimizer step an
 ``S`` by a growth factor (2). ``S`` so stays near the largest value that does not overflow.
 
 :class:`DynamicLossScaler` reproduces ``torch.amp.GradScaler``'s scale trajectory bit for bit,
-float32 arithmetic included, except that its scale never reaches 0; :class:`StaticLossScaler`
+float32 arithmetic included, as long as that scale stays at or above its floor ``min_scale``
+(1 by default; GradScaler has none and can halve its scale down to 0 for good), and counts the
+overflows at the floor (:attr:`DynamicLossScaler.overflows_at_floor`); :class:`StaticLossScaler`
 keeps one scale. Both record a :class:`ScaleHistory` to plot and provide :class:`LossScaler`,
 the protocol that the framework adapters type their scaler with. Only the standard library and
 NumPy are imported, so one state machine serves PyTorch, Keras and MXNet alike.

@@ -16,10 +16,17 @@ _INT32_MAX = 2**31 - 1
 
 
 class DynamicLossScaler(ScalerBase):
-    """A dynamic loss scale with exactly the trajectory of ``torch.amp.GradScaler``.
+    """A dynamic loss scale with ``torch.amp.GradScaler``'s trajectory, and a floor.
 
     Call :meth:`update` once per step with whether the (scaled) gradients held inf or NaN; it
     returns whether to take the optimizer step. Read :attr:`scale` for the next step's scale.
+
+    The scale never falls below ``min_scale`` (1 by default, as in TensorFlow 1's dynamic loss
+    scale and Megatron-LM's scaler). A run of overflowing steps halves the scale down to the
+    floor; there every further overflow is still skipped (weights and optimizer state are left
+    alone) and the scale stays, so training resumes as soon as finite batches come back.
+    :attr:`overflows_at_floor` counts the consecutive overflows at the floor: there the forward
+    pass or the loss itself overflows (an inf or NaN loss), which no scale can fix.
 
     Parameters
     ----------
@@ -31,10 +38,14 @@ class DynamicLossScaler(ScalerBase):
         Factor in (0, 1) applied on every step with inf/NaN gradients (default 0.5).
     growth_interval : int, optional
         Number of consecutive clean steps before growing, 1 to ``2**31 - 1`` (default 2000).
-    min_scale, max_scale : float, optional
-        Bounds GradScaler does not have: a backoff below ``min_scale`` or growth above
-        ``max_scale`` stops at the bound. ``min_scale`` is rounded up and ``max_scale`` down
-        to float32, so the scale never leaves the interval given. ``None`` (default): no bound.
+    min_scale : float, optional
+        The floor (default 1.0), any positive finite number: a backoff below it stops at it.
+        GradScaler has none; its trajectory is this scaler's as long as its scale stays at or
+        above the floor. Rounded up to float32; ``2**-149``, the smallest float32 > 0, gives
+        GradScaler's trajectory except that the scale never reaches 0.
+    max_scale : float, optional
+        A cap GradScaler does not have: growth above it stops at it. Rounded down to float32.
+        ``None`` (default): no cap.
 
     Raises
     ------
@@ -43,8 +54,9 @@ class DynamicLossScaler(ScalerBase):
         ``growth_interval``; ``True`` is refused too).
     ValueError
         If an argument is NaN, infinite or out of range, or the arguments disagree:
-        ``min_scale > max_scale`` or ``init_scale`` outside ``[min_scale, max_scale]``. The
-        message names the argument and the values it accepts.
+        ``min_scale > max_scale`` or ``init_scale`` outside ``[min_scale, max_scale]`` (an
+        ``init_scale`` below 1 needs a lower ``min_scale``). The message names the argument and
+        the values it accepts.
 
     Notes
     -----
@@ -53,8 +65,8 @@ class DynamicLossScaler(ScalerBase):
     On an inf/NaN step the scale is multiplied by ``backoff_factor`` and the count restarts.
     Products are computed in float64 and rounded once to float32, as GradScaler's CPU kernel
     does (found by experiment; the CUDA kernel was not checked). Growth that would overflow
-    float32 keeps the scale (as GradScaler does) and a backoff that would round to 0 keeps
-    the scale (GradScaler goes to 0 and stays there).
+    float32 keeps the scale (as GradScaler does); a backoff stops at ``min_scale``, while
+    GradScaler's scale goes on down to 0 and stays there.
 
     Examples
     --------
@@ -63,6 +75,11 @@ class DynamicLossScaler(ScalerBase):
     (True, 1100.0)
     >>> s.update(True), s.scale
     (False, 550.0)
+    >>> s = DynamicLossScaler(init_scale=4.0)
+    >>> [s.update(True) for _ in range(4)], s.scale, s.overflows_at_floor
+    ([False, False, False, False], 1.0, 2)
+    >>> s.update(False), s.overflows_at_floor
+    (True, 0)
     """
 
     def __init__(
@@ -71,7 +88,7 @@ class DynamicLossScaler(ScalerBase):
         growth_factor: float = 2.0,
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
-        min_scale: float | None = None,
+        min_scale: float = 1.0,
         max_scale: float | None = None,
     ) -> None:
         settings = self._settings(
@@ -79,11 +96,14 @@ class DynamicLossScaler(ScalerBase):
         )
         scale = scale_value("init_scale", init_scale)
         low, high = min_scale, max_scale  # compare the values given, not the rounded ones
-        if low is not None and float(init_scale) < float(low):
-            raise ValueError(f"init_scale={init_scale!r} is below min_scale={low!r}")
+        if float(init_scale) < float(low):
+            raise ValueError(
+                f"init_scale={init_scale!r} is below min_scale={low!r}, the floor of the scale; "
+                "pass a smaller min_scale to start lower"
+            )
         if high is not None and float(init_scale) > float(high):
             raise ValueError(f"init_scale={init_scale!r} is above max_scale={high!r}")
-        self._apply(settings, self._clamp(scale, settings), 0, ScaleHistory())
+        self._apply(settings, self._clamp(scale, settings), 0, 0, ScaleHistory())
 
     @staticmethod
     def _settings(
@@ -111,18 +131,16 @@ class DynamicLossScaler(ScalerBase):
                 f"growth_interval={interval} exceeds 2**31 - 1: the count of clean steps is an "
                 "int32, as in GradScaler"
             )
-        positive = {"min_val": 0, "include_boundaries": "neither", "allow_none": True}
-        low = check_scalar(min_scale, "min_scale", float, **positive)
-        high = check_scalar(max_scale, "max_scale", float, **positive)
-        if low is not None:
-            low = f32_up(low)
-            if math.isinf(low):
-                raise ValueError(f"min_scale={min_scale!r} is above the float32 range")
+        positive = {"min_val": 0, "include_boundaries": "neither"}
+        low = f32_up(check_scalar(min_scale, "min_scale", float, **positive))
+        high = check_scalar(max_scale, "max_scale", float, allow_none=True, **positive)
+        if math.isinf(low):
+            raise ValueError(f"min_scale={min_scale!r} is above the float32 range")
         if high is not None:
             high = f32_down(high)
             if high == 0:
                 raise ValueError(f"max_scale={max_scale!r} is below the smallest float32 > 0")
-        if low is not None and high is not None and low > high:
+        if high is not None and low > high:
             if min_scale > max_scale:
                 raise ValueError(f"min_scale={min_scale!r} must not exceed max_scale={max_scale!r}")
             raise ValueError(
@@ -139,22 +157,27 @@ class DynamicLossScaler(ScalerBase):
 
     @staticmethod
     def _clamp(scale: float, settings: Mapping[str, Any]) -> float:
-        if settings["min_scale"] is not None:
-            scale = max(scale, settings["min_scale"])
+        scale = max(scale, settings["min_scale"])
         if settings["max_scale"] is not None:
             scale = min(scale, settings["max_scale"])
         return scale
 
     def _apply(
-        self, settings: Mapping[str, Any], scale: float, tracker: int, history: ScaleHistory
+        self,
+        settings: Mapping[str, Any],
+        scale: float,
+        tracker: int,
+        at_floor: int,
+        history: ScaleHistory,
     ) -> None:
         self._growth_factor: float = settings["growth_factor"]
         self._backoff_factor: float = settings["backoff_factor"]
         self._growth_interval: int = settings["growth_interval"]
-        self._min_scale: float | None = settings["min_scale"]
+        self._min_scale: float = settings["min_scale"]
         self._max_scale: float | None = settings["max_scale"]
         self._scale = scale
         self._growth_tracker = tracker
+        self._overflows_at_floor = at_floor
         self._history = history
 
     @property
@@ -173,8 +196,8 @@ class DynamicLossScaler(ScalerBase):
         return self._growth_interval
 
     @property
-    def min_scale(self) -> float | None:
-        """Lower bound (float32, rounded up from the argument), or ``None``."""
+    def min_scale(self) -> float:
+        """The floor of the scale (float32, rounded up from the argument)."""
         return self._min_scale
 
     @property
@@ -186,6 +209,16 @@ class DynamicLossScaler(ScalerBase):
     def growth_tracker(self) -> int:
         """Clean steps since the scale last changed, like GradScaler's ``_growth_tracker``."""
         return self._growth_tracker
+
+    @property
+    def overflows_at_floor(self) -> int:
+        """Consecutive overflowing steps taken with the scale at its floor; 0 after a clean one.
+
+        A few mean the floor is too high for this model's gradients. A long run means the loss
+        or the forward pass itself is inf or NaN: no scale can fix that, look at the data and
+        the activations (:func:`mptutor.torch.find_nonfinite`).
+        """
+        return self._overflows_at_floor
 
     def update(self, found_inf: Any) -> bool:
         """Record one step and move the scale; say whether to take the optimizer step.
@@ -211,12 +244,12 @@ class DynamicLossScaler(ScalerBase):
         found = self._record(found_inf)
         scale = self._scale
         if found:
-            new = f32(scale * self._backoff_factor)
-            if self._min_scale is not None:
-                new = max(new, self._min_scale)
-            self._scale = new if new > 0 else scale
+            if scale == self._min_scale:
+                self._overflows_at_floor += 1
+            self._scale = max(f32(scale * self._backoff_factor), self._min_scale)
             self._growth_tracker = 0
             return False
+        self._overflows_at_floor = 0
         clean = self._growth_tracker + 1
         if clean == self._growth_interval:
             new = f32(scale * self._growth_factor)
@@ -241,14 +274,16 @@ class DynamicLossScaler(ScalerBase):
         -------
         dict
             ``type`` (``"DynamicLossScaler"``), ``scale``, ``growth_tracker`` (clean steps since
-            the last change), ``growth_factor``, ``backoff_factor``, ``growth_interval``,
-            ``min_scale``, ``max_scale``, ``steps`` and, if asked for, ``history``. All values
-            are plain Python numbers, ``None`` or lists, so the dict pickles and JSON-encodes.
+            the last change), ``overflows_at_floor``, ``growth_factor``, ``backoff_factor``,
+            ``growth_interval``, ``min_scale``, ``max_scale``, ``steps`` and, if asked for,
+            ``history``. All values are plain Python numbers, ``None`` or lists, so the dict
+            pickles and JSON-encodes.
         """
         state = {
             "type": type(self).__name__,
             "scale": self._scale,
             "growth_tracker": self._growth_tracker,
+            "overflows_at_floor": self._overflows_at_floor,
             "growth_factor": self._growth_factor,
             "backoff_factor": self._backoff_factor,
             "growth_interval": self._growth_interval,
@@ -263,15 +298,17 @@ class DynamicLossScaler(ScalerBase):
         Parameters
         ----------
         state_dict : dict
-            The saved state. The scaler is changed only if all of it is valid.
+            The saved state. The scaler is changed only if all of it is valid. A state saved
+            before the floor existed (``min_scale`` ``None``, no ``overflows_at_floor``) loads
+            with ``min_scale=2**-149``, the smallest float32 > 0, where its scale stopped then.
 
         Raises
         ------
         ValueError
             If it is not a dict, was saved by another kind of scaler, lacks a key or has an
             unknown one, or holds a value the constructor would refuse, a scale outside
-            ``[min_scale, max_scale]`` or a ``growth_tracker`` outside
-            ``[0, growth_interval)``.
+            ``[min_scale, max_scale]``, a ``growth_tracker`` outside ``[0, growth_interval)``
+            or overflows at the floor while the scale is above it.
         """
         required = {
             "type",
@@ -284,14 +321,14 @@ class DynamicLossScaler(ScalerBase):
             "max_scale",
             "steps",
         }
-        check_keys(state_dict, type(self).__name__, required, {"history"})
+        check_keys(state_dict, type(self).__name__, required, {"history", "overflows_at_floor"})
         s = state_dict
         with malformed_state():
             settings = self._settings(
                 s["growth_factor"],
                 s["backoff_factor"],
                 s["growth_interval"],
-                s["min_scale"],
+                2.0**-149 if s["min_scale"] is None else s["min_scale"],
                 s["max_scale"],
             )
             scale = scale_value("state_dict['scale']", s["scale"])
@@ -308,13 +345,22 @@ class DynamicLossScaler(ScalerBase):
                 max_val=settings["growth_interval"],
                 include_boundaries="left",
             )
+            name = "state_dict['overflows_at_floor']"
+            at_floor = check_scalar(s.get("overflows_at_floor", 0), name, int, min_val=0)
+            if at_floor and (scale != settings["min_scale"] or tracker):
+                raise ValueError(
+                    f"{name}={at_floor} but scale={scale!r}, growth_tracker={tracker}: "
+                    "overflows are counted only at the floor (scale == min_scale, "
+                    f"{settings['min_scale']!r}), and an overflow restarts growth_tracker"
+                )
             history = self._load_history(s)
-        self._apply(settings, scale, tracker, history)
+        self._apply(settings, scale, tracker, at_floor, history)
 
     def __repr__(self) -> str:
         return (
             f"DynamicLossScaler(scale={self._scale!r}, clean steps {self._growth_tracker}"
             f"/{self._growth_interval}, growth_factor={self._growth_factor!r}, "
             f"backoff_factor={self._backoff_factor!r}, min_scale={self._min_scale!r}, "
-            f"max_scale={self._max_scale!r}, steps={self._history.steps})"
+            f"max_scale={self._max_scale!r}, overflows_at_floor={self._overflows_at_floor}, "
+            f"steps={self._history.steps})"
         )
