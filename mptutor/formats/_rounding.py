@@ -2,37 +2,105 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from mptutor.checks import check_scalar
 from mptutor.formats._format import get
 
 
+def _real(x: Any) -> np.ndarray:
+    """``x`` as an array of float64 (or a wider float), refusing what is not real numbers."""
+    arr = np.asarray(x)
+    kind = arr.dtype.kind
+    if kind in "iu" or (kind in "fV" and arr.dtype.itemsize <= 8 and _inexact(arr.dtype)):
+        return arr.astype(np.float64)  # exact, integers up to 2**53 included
+    if kind == "f":
+        return arr  # long double: rounded in its own precision
+    if kind == "O" and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in arr.flat
+    ):  # e.g. Python ints beyond int64; those beyond float64 overflow any format
+        flat = [v if abs(v) < 2**1024 else (math.inf if v > 0 else -math.inf) for v in arr.flat]
+        return np.array(flat, dtype=np.float64).reshape(arr.shape)
+    raise TypeError(
+        f"round_to: x must hold real numbers (Python or NumPy floats and ints, or arrays of "
+        f"them), got {x!r:.80} of dtype {arr.dtype}"
+    )
+
+
+def _inexact(dtype: np.dtype) -> bool:
+    try:
+        ml_dtypes.finfo(dtype)  # NumPy's floats and ml_dtypes' (bfloat16, float8, ...)
+    except ValueError:
+        return False
+    return True
+
+
 def round_to(x: Any, fmt: Any) -> np.ndarray | np.generic:
-    """Round values to the nearest value of a format (round half to even).
+    """Round values to the nearest value of a format, correctly (round half to even).
+
+    Each value is rounded once, from its exact value: a Python float or NumPy float64 is not
+    read as float32 first, so ``round_to(1 + 2**-8 + 2**-30, "bf16")`` is ``1.0078125`` (the
+    tie at ``1 + 2**-8`` lies below it). Subnormals of the format are kept, as IEEE 754
+    rounds; values below half the smallest subnormal become zero of their sign.
 
     Parameters
     ----------
     x : array_like
-        Values to round.
+        Values to round: Python or NumPy floats (float16 to float64, long double, bfloat16 and
+        the other ml_dtypes formats) or integers (read as float64: exact up to ``2**53``).
     fmt : str or dtype
         Target format, see :func:`get`.
 
     Returns
     -------
     numpy.ndarray or numpy scalar
-        ``x`` stored in the format's dtype. Values beyond the largest finite value become
-        ``inf`` (or NaN in ``fp8_e4m3``, which has no infinity), as the hardware does.
+        ``x`` stored in the format's dtype, in its shape (a scalar for a scalar). A value that
+        rounds beyond the largest finite one becomes ``inf`` of its sign where the format has
+        infinities (fp32, fp16, bf16, fp8_e5m2); NaN in ``fp8_e4m3``, which has none (the
+        non-saturating conversion of the OCP FP8 specification); and the largest value of its
+        sign in formats with neither inf nor NaN (saturation). ``inf`` inputs go the same way.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` holds something other than real numbers (strings, booleans, complex numbers,
+        ``None``).
+    ValueError
+        If the format is unknown, or ``x`` holds NaN and the format has no NaN.
+
+    Examples
+    --------
+    >>> float(round_to(1 + 2**-8 + 2**-30, "bf16")), float(round_to(65520, "fp16"))
+    (1.0078125, inf)
     """
     f = get(fmt)
-    arr = np.asarray(x)
-    if arr.dtype.kind not in "fiu":
-        arr = arr.astype(np.float64)
+    values = _real(x)
+    has_nan = _has_nan(f.dtype)
+    if not has_nan and np.isnan(values).any():
+        raise ValueError(f"round_to: x holds NaN, which {f.name} cannot represent (it has no NaN)")
+    # Scale each value so that the format's spacing at it is 1, round to an integer (half to
+    # even), scale back: every step is exact in float64, so the value is rounded once.
+    _, exponent = np.frexp(values)  # values = m * 2**exponent, 0.5 <= |m| < 1
+    shift = f.mantissa_bits - np.maximum(exponent - 1, f.min_exponent)
+    rounded = np.ldexp(np.rint(np.ldexp(values, shift)), -shift)
+    with np.errstate(invalid="ignore"):
+        over = np.abs(rounded) > f.max  # inf inputs too
+    if over.any():
+        big = np.inf if f.has_inf else (np.nan if has_nan else f.max)
+        rounded = np.where(over, np.copysign(big, rounded), rounded)
     with np.errstate(over="ignore", invalid="ignore"):
-        out = arr.astype(f.dtype)
+        out = rounded.astype(f.dtype)  # exact: every value is one of the format's
     return out[()] if out.ndim == 0 else out
+
+
+def _has_nan(dtype: np.dtype) -> bool:
+    with np.errstate(invalid="ignore"):
+        return bool(np.isnan(np.array(np.nan).astype(dtype).astype(np.float64)))
 
 
 def ulp(x: Any, fmt: Any) -> np.ndarray | np.float64:
@@ -198,7 +266,7 @@ def representable_values(low: float, high: float, fmt: Any, limit: int = 100_000
             v = np.nextafter(v, top)
         return np.array(values, dtype=np.float64)
     # 16 bits or fewer: enumerate every bit pattern of the format once.
-    uint = np.dtype(f"uint{f.bits}")
+    uint = np.dtype(f"uint{8 * f.dtype.itemsize}")  # fp6 and fp4 take a byte each
     patterns = np.arange(2**f.bits, dtype=np.uint32).astype(uint)
     with np.errstate(invalid="ignore"):  # the NaN bit patterns
         every = patterns.view(f.dtype).astype(np.float64)
