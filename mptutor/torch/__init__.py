@@ -35,6 +35,9 @@ This file only gathers the public names. The code lives in private modules, one 
 ``_distributed``
     :class:`Workers` and :func:`launch`: functions run in a few ``torch.distributed``
     processes on one machine (notebook 08).
+``_headroom``
+    :func:`headroom`: each module's largest output relative to a format's largest value
+    (notebook 09); :func:`stochastic_round` to bfloat16 or float16 (notebook 10).
 
 Timing, the TF32 switch, GEMM sweeps and training-step measurements are in
 :mod:`mptutor.torch_perf`.
@@ -50,6 +53,7 @@ from mptutor.torch._distributed import (
     launch,
 )
 from mptutor.torch._gradients import gradient_stats
+from mptutor.torch._headroom import Headroom, headroom, stochastic_round
 from mptutor.torch._master_weights import (
     LOW_PRECISION_DTYPES,
     MasterWeightOptimizer,
@@ -83,4 +87,7 @@ __all__ = [
     "DistributedRun",
     "WorkerError",
     "choose_backend",
+    "headroom",
+    "Headroom",
+    "stochastic_round",
 ]
