@@ -149,7 +149,10 @@ def value_spacing(
     Returns
     -------
     matplotlib.figure.Figure
-        The figure; each row is labelled with the spacings found in the interval.
+        The figure; each row is labelled with the spacings found in the interval. The x axis
+        reaches a little beyond ``[low, high]``, so that values at either end are drawn clear of
+        the frame, and a dotted line marks each power of two inside the interval (labelled on a
+        top axis), where the spacing of every format changes.
     """
     chosen = [formats.get(f) for f in fmts]
     fig, ax = _axes(ax, (9, 0.8 * len(chosen) + 1.2))
@@ -159,13 +162,38 @@ def value_spacing(
         ax.vlines(values, y - 0.3, y + 0.3, color=_NORMAL, lw=1)
         gaps = sorted({float(g) for g in np.diff(values)})
         shown = ", ".join(f"{g:g}" for g in gaps[:4]) + (", ..." if len(gaps) > 4 else "")
-        ax.text(high, y + 0.38, f"{values.size} values, spacing {shown}", ha="right", fontsize=9)
+        ax.text(
+            high,
+            y + 0.38,
+            f"{values.size} values, spacing {shown}",
+            ha="right",
+            fontsize=9,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
     ax.set_yticks(range(len(chosen)), [f.name for f in reversed(chosen)])
     ax.set_ylim(-0.6, len(chosen) - 0.2)
-    ax.set_xlim(low, high)
+    margin = 0.02 * (high - low)
+    ax.set_xlim(low - margin, high + margin)
+    powers = _powers_of_two_inside(low, high)
+    if powers:
+        for p in powers:
+            ax.axvline(p, color="grey", ls=":", lw=1.2, zorder=0)
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(powers, [f"{p:g} = 2**{int(math.log2(abs(p)))}" for p in powers])
+        top.tick_params(labelsize=8, colors="grey")
     ax.set_xlabel("value")
     ax.set_title(f"Representable values in [{low:g}, {high:g}]")
     return fig
+
+
+def _powers_of_two_inside(low: float, high: float) -> list[float]:
+    """Powers of two strictly between ``low`` and ``high``, for an interval of one sign."""
+    if low <= 0 <= high:  # every power of two down to the smallest would be inside
+        return []
+    sign = 1.0 if low > 0 else -1.0
+    a, b = sorted((sign * low, sign * high))
+    inside = [2.0**e for e in range(math.floor(math.log2(a)) + 1, math.ceil(math.log2(b)))]
+    return sorted(sign * p for p in inside if a < p < b)
 
 
 def update_survival(

@@ -73,6 +73,18 @@ def test_value_spacing_reports_the_gaps():
     assert "spacing 16, 32" in label
 
 
+def test_value_spacing_shows_both_ends_and_marks_powers_of_two():
+    fig = plots.value_spacing(32000, 34000, ["fp16", "bf16"])
+    ax = fig.axes[0]
+    low, high = ax.get_xlim()
+    assert low < 32000 and high > 34000  # values at the ends are drawn clear of the frame
+    assert [line.get_xdata()[0] for line in ax.lines] == [32768]  # where the spacing changes
+    (top,) = ax.child_axes
+    assert [t.get_text() for t in top.get_xticklabels()] == ["32768 = 2**15"]
+    assert plots.value_spacing(-3, -0.2).axes[0].lines  # negative intervals are marked too
+    assert not plots.value_spacing(-1, 1).axes[0].lines  # across 0: no marks
+
+
 def test_update_survival_marks_thresholds():
     ratios = np.exp2(np.linspace(-14, -6, 33))
     share = {
