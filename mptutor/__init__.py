@@ -13,7 +13,9 @@ Framework-free (NumPy and ml_dtypes only):
 
 formats
     FP32, FP16, BF16 and FP8 formats: range, spacing, rounding, lost updates; one vocabulary of
-    dtype spellings (``SPELLINGS``, ``dtype_name``).
+    dtype spellings (``SPELLINGS``, ``dtype_name``); the MX element formats FP6, FP4 and E8M0.
+fp8
+    FP8 scaling: scales from amax, saturating quantize, delayed scaling; MX and NVFP4 blocks.
 hardware
     What this machine can do (GPU, Tensor Cores, BF16/FP8), package versions, and the one reader
     of ``MPTUTOR_DEVICE``; asks a framework only if the caller has already imported it.

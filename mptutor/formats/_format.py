@@ -9,7 +9,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from mptutor.formats._names import FORMATS, SPELLINGS, dtype_name
+from mptutor.formats._names import BLOCK_FORMATS, FORMATS, SPELLINGS, dtype_name
 from mptutor.table import Table
 
 
@@ -108,16 +108,20 @@ class Format:
         return self.eps / 4
 
     def __repr__(self) -> str:
+        sign = self.bits - self.exponent_bits - self.mantissa_bits  # 0 for e8m0
         return (
-            f"Format({self.name!r}: {self.bits} bits = 1 sign + {self.exponent_bits} exponent"
+            f"Format({self.name!r}: {self.bits} bits = {sign} sign + {self.exponent_bits} exponent"
             f" + {self.mantissa_bits} mantissa, max={self.max:.6g},"
             f" smallest normal={self.smallest_normal:.6g},"
             f" smallest subnormal={self.smallest_subnormal:.6g}, eps={self.eps:.6g})"
         )
 
 
-#: The short names of the known formats, widest first.
+#: The short names of the formats that hold whole tensors, widest first.
 FORMAT_NAMES: tuple[str, ...] = tuple(short for short, _, _ in FORMATS)
+#: The short names of the formats found only inside block-scaled tensors (element formats FP6 and
+#: FP4, the scale format E8M0); empty with ml_dtypes older than 0.5.
+BLOCK_FORMAT_NAMES: tuple[str, ...] = tuple(short for short, _, _ in BLOCK_FORMATS)
 
 
 def _make(name: str, kind: type) -> Format:
@@ -142,9 +146,10 @@ def _make(name: str, kind: type) -> Format:
 
 #: The formats by NumPy's name of their dtype.
 _BY_DTYPE: dict[str, Format] = {
-    np.dtype(kind).name: _make(short, kind) for short, kind, _ in FORMATS
+    np.dtype(kind).name: _make(short, kind) for short, kind, _ in FORMATS + BLOCK_FORMATS
 }
-_OTHER_SPELLINGS = ", ".join(sorted(set(SPELLINGS) - set(FORMAT_NAMES)))
+_OTHER_SPELLINGS = ", ".join(sorted(set(SPELLINGS) - set(FORMAT_NAMES) - set(BLOCK_FORMAT_NAMES)))
+_BLOCK_KNOWN = f"; block formats {', '.join(BLOCK_FORMAT_NAMES)}" if BLOCK_FORMAT_NAMES else ""
 
 
 def get(fmt: Any) -> Format:
@@ -181,20 +186,26 @@ def get(fmt: Any) -> Format:
     if found is None:
         raise ValueError(
             f"unknown floating-point format {fmt!r}; known formats are "
-            f"{', '.join(FORMAT_NAMES)} (other spellings: {_OTHER_SPELLINGS})"
+            f"{', '.join(FORMAT_NAMES)}{_BLOCK_KNOWN} (other spellings: {_OTHER_SPELLINGS})"
         )
     return found
 
 
-def all_formats() -> list[Format]:
-    """Return every known format, widest first.
+def all_formats(block: bool = False) -> list[Format]:
+    """Return the formats that hold whole tensors, widest first (and the block formats).
+
+    Parameters
+    ----------
+    block : bool, optional
+        Also return the block formats (:data:`BLOCK_FORMAT_NAMES`) after them.
 
     Returns
     -------
     list of Format
-        fp32, fp16, bf16, fp8_e4m3, fp8_e5m2.
+        fp32, fp16, bf16, fp8_e4m3, fp8_e5m2; then fp6_e2m3, fp6_e3m2, fp4_e2m1, e8m0 if asked.
     """
-    return list(_BY_DTYPE.values())
+    names = FORMAT_NAMES + (BLOCK_FORMAT_NAMES if block else ())
+    return [get(name) for name in names]
 
 
 def table(fmts: Any = None) -> Table:
@@ -203,7 +214,7 @@ def table(fmts: Any = None) -> Table:
     Parameters
     ----------
     fmts : sequence of str or dtype, optional
-        Which formats, in order; all known formats by default.
+        Which formats, in order; the formats of :func:`all_formats` by default.
 
     Returns
     -------

@@ -1,7 +1,8 @@
 """One vocabulary for dtypes: every spelling of the known formats, and the dtype of anything.
 
-:data:`FORMATS` is the one table of the formats' names and spellings; :func:`dtype_name` and
-:func:`mptutor.formats.get` both read it, so every spelling one understands the other does too.
+:data:`FORMATS` (with :data:`BLOCK_FORMATS`) is the one table of the formats' names and
+spellings; :func:`dtype_name` and :func:`mptutor.formats.get` both read it, so every spelling one
+understands the other does too.
 Framework dtypes (``torch.float16``, ``tf.bfloat16``, MXNet's bfloat16) are recognised by their
 names and attributes: no framework is imported here.
 """
@@ -24,11 +25,25 @@ FORMATS: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("fp8_e5m2", ml_dtypes.float8_e5m2, ("e5m2",)),
 )
 
+#: The formats that live only inside block-scaled tensors (MX, NVFP4, :mod:`mptutor.fp8`): the
+#: element formats FP6 and FP4 and E8M0, the power-of-two scale of an MX block (no sign, no zero,
+#: no subnormals). Same columns as :data:`FORMATS`; listed when ml_dtypes has them (>= 0.5).
+BLOCK_FORMATS: tuple[tuple[str, type, tuple[str, ...]], ...] = tuple(
+    (short, getattr(ml_dtypes, kind), others)
+    for short, kind, others in (
+        ("fp6_e2m3", "float6_e2m3fn", ("e2m3",)),
+        ("fp6_e3m2", "float6_e3m2fn", ("e3m2",)),
+        ("fp4_e2m1", "float4_e2m1fn", ("e2m1",)),
+        ("e8m0", "float8_e8m0fnu", ("fp8_e8m0", "ue8m0")),
+    )
+    if hasattr(ml_dtypes, kind)
+)
+
 #: Every spelling of a known format, normalised (lower case, ``_`` for ``-``), to NumPy's name
 #: of its dtype: ``"half"``, ``"fp16"`` and ``"float16"`` all to ``"float16"``.
 SPELLINGS: dict[str, str] = {
     spelling: np.dtype(kind).name
-    for short, kind, others in FORMATS
+    for short, kind, others in FORMATS + BLOCK_FORMATS
     for spelling in (short, np.dtype(kind).name, *others)
 }
 

@@ -1,0 +1,414 @@
+"""FP8 and block scaling, framework-free (NumPy and ml_dtypes).
+
+A per-tensor scale from the tensor's largest magnitude (its *amax*) maps it onto an 8-bit
+format's largest value; it multiplies before the cast, as in Transformer Engine:
+``q = fmt(x * scale)``, ``x ~ q / scale``. Block scaling gives each block of 32 (MX) or 16
+(NVFP4) values its own scale, stored the other way round as those formats define it:
+``x ~ element * scale``. :func:`scale_from_amax`, :func:`quantize`, :func:`dequantize` (current
+scaling, saturating on every library), :class:`DelayedScaling`, :func:`mx_quantize` /
+:func:`mx_dequantize` (OCP MX, E8M0 scales) and :func:`nvfp4_quantize` /
+:func:`nvfp4_dequantize`. Formats are named as in :mod:`mptutor.formats`; FP6, FP4 and E8M0
+need ml_dtypes 0.5 or newer.
+
+Examples
+--------
+>>> from mptutor import fp8
+>>> s = fp8.scale_from_amax(3.5, "fp8_e4m3")  # 448 / 3.5
+>>> s
+128.0
+>>> q = fp8.quantize([3.5, 0.01, 7.0], "fp8_e4m3", s)
+>>> [float(v) for v in fp8.dequantize(q, s)]  # 0.01 rounds, 7 saturates at 448 / s
+[3.5, 0.009765625, 3.5]
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from mptutor import formats
+from mptutor.checks import check_scalar
+
+__all__ = ["ELEMENT_FORMATS", "scale_from_amax", "quantize", "dequantize", "DelayedScaling"]
+__all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize"]
+
+#: The element formats of block scaling (MXFP8, MXFP6, MXFP4; NVFP4 uses ``fp4_e2m1``).
+ELEMENT_FORMATS: tuple[str, ...] = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
+_ALGOS = ("max", "most_recent")
+_ROUNDINGS = ("floor", "rceil")
+_E8M0_EXPONENTS = (-127, 127)  # the finite scales of E8M0: 2**-127 .. 2**127
+_NVFP4_BLOCK = 16
+
+
+def _format(fmt: Any, name: str, allowed: tuple[str, ...] | None = None) -> formats.Format:
+    """Return the Format named by ``fmt``; refuse one not in ``allowed``, naming those."""
+    if allowed is None:  # every signed format
+        allowed = tuple(f.name for f in formats.all_formats(block=True) if f.name != "e8m0")
+    try:
+        found = formats.get(fmt)
+    except ValueError:
+        found = None
+    if found is None or found.name not in allowed:
+        old = "" if hasattr(ml_dtypes, "float4_e2m1fn") else "; FP6/FP4 need ml_dtypes >= 0.5"
+        raise ValueError(
+            f"{name} must be one of {', '.join(allowed)} (or another spelling from "
+            f"mptutor.formats.SPELLINGS), got {fmt!r}{old}"
+        )
+    return found
+
+
+def _real_array(x: Any, name: str) -> np.ndarray:
+    """Return ``x`` as an array of real numbers (ml_dtypes formats included)."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiu":
+        try:
+            formats.get(arr.dtype)
+        except ValueError:
+            raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}") from None
+    return arr
+
+
+def _scales(scale: Any, name: str) -> np.ndarray | float:
+    """Check a positive finite scale, or an array of them."""
+    if np.ndim(scale) == 0 and not isinstance(scale, np.ndarray):
+        return check_scalar(scale, name, min_val=0, include_boundaries="neither")
+    arr = _real_array(scale, name).astype(np.float64)
+    if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
+        raise ValueError(f"{name} must hold positive finite numbers only, got {arr.ravel()[:8]}")
+    return arr
+
+
+def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -> Any:
+    """Return the scale that maps ``amax`` onto the format's largest value.
+
+    The scale is ``max / amax / 2**margin``, or ``previous`` where ``amax`` is 0 or not finite.
+
+    Parameters
+    ----------
+    amax : float or array_like
+        Largest magnitude of the tensor (or one per row, block, ...); at least 0.
+    fmt : str or dtype
+        The format the scaled tensor is cast to, e.g. ``"fp8_e4m3"`` (any signed format).
+    margin : int, optional
+        Powers of two of headroom kept below the format's largest value.
+    previous : float or array_like, optional
+        Returned where ``amax`` is 0 or not finite (positive and finite).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        The scale (float64), at most the largest float32; a float for a scalar ``amax``.
+
+    Raises
+    ------
+    ValueError
+        For a format without sign, a negative ``margin`` or ``amax``, a bad ``previous``.
+
+    Examples
+    --------
+    >>> scale_from_amax(2.0, "fp8_e4m3"), scale_from_amax(0.0, "fp8_e4m3", previous=8.0)
+    (224.0, 8.0)
+    """
+    f = _format(fmt, "fmt")
+    margin = check_scalar(margin, "margin", int, min_val=0)
+    previous = _scales(previous, "previous")
+    a = _real_array(amax, "amax").astype(np.float64)
+    if np.any(a < 0):
+        raise ValueError(f"amax must be >= 0 (an absolute maximum), got {a.ravel()[:8]}")
+    ok = np.isfinite(a) & (a > 0)
+    with np.errstate(divide="ignore", over="ignore"):
+        scale = np.minimum(f.max / np.where(ok, a, 1.0) / 2.0**margin, np.finfo(np.float32).max)
+    out = np.where(ok, scale, previous)
+    return float(out) if out.ndim == 0 else out
+
+
+def quantize(x: Any, fmt: Any, scale: Any) -> np.ndarray:
+    """Cast ``x * scale`` to a format, rounding to nearest even and saturating at +-max.
+
+    The product is formed in float32 (float64 for float64 or integer ``x``) and clipped to the
+    format's largest finite value before the cast, so an overflow gives +-max on every library
+    and version (their casts differ: NaN, +-max or inf). NaN stays NaN.
+
+    Parameters
+    ----------
+    x : array_like
+        Values (any real dtype, ml_dtypes formats included).
+    fmt : str or dtype
+        Target format: any signed format of :mod:`mptutor.formats`.
+    scale : float or array_like
+        Positive finite scale(s), broadcast against ``x``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The values in the format's dtype (ml_dtypes for FP8, FP6, FP4).
+
+    Raises
+    ------
+    ValueError
+        For a format without sign, a scale not positive and finite, or NaN in FP6 or FP4.
+    """
+    f = _format(fmt, "fmt")
+    s = _scales(scale, "scale")
+    arr = _real_array(x, "x")
+    work = np.float64 if arr.dtype == np.float64 or arr.dtype.kind in "iu" else np.float32
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = arr.astype(work) * np.asarray(s, dtype=work)
+        nan_ok = np.isnan(np.float32(np.array(np.nan).astype(f.dtype)))  # FP6, FP4 have none
+    if not nan_ok and np.isnan(y).any():
+        raise ValueError(f"x holds NaN, which {f.name} cannot represent")
+    return np.clip(y, -f.max, f.max).astype(f.dtype)  # clip keeps NaN
+
+
+def dequantize(q: Any, scale: Any) -> np.ndarray:
+    """Return the values a quantized tensor stands for: ``q / scale`` in float32.
+
+    Parameters
+    ----------
+    q : array_like
+        Quantized values (an array of an ml_dtypes format, or any real array).
+    scale : float or array_like
+        The positive finite scale(s) :func:`quantize` used.
+
+    Returns
+    -------
+    numpy.ndarray of float32
+    """
+    s = _scales(scale, "scale")
+    return _real_array(q, "q").astype(np.float32) / np.asarray(s, dtype=np.float32)
+
+
+class DelayedScaling:
+    """Delayed scaling: the scale of a step comes from the amaxes of the steps before it.
+
+    Read :attr:`scale` to quantize this step's tensor, then call :meth:`update` with its amax:
+    the amax joins a window of the last ``history_len`` amaxes, and the next scale is
+    :func:`scale_from_amax` of the window's largest (``algo="max"``) or newest
+    (``"most_recent"``) amax. An amax of 0 or one that is not finite keeps the scale and does not
+    join the window. The first scale is 1.
+
+    Parameters
+    ----------
+    fmt : str or dtype
+        The format the scaled tensor is cast to, e.g. ``"fp8_e4m3"``.
+    history_len : int, optional
+        Length of the amax window.
+    algo : {"max", "most_recent"}, optional
+        How the window gives the amax the next scale is computed from.
+    margin : int, optional
+        Powers of two of headroom (see :func:`scale_from_amax`).
+
+    Examples
+    --------
+    >>> ds = DelayedScaling("fp8_e4m3", history_len=2)
+    >>> [ds.update(a) for a in (4.0, 2.0, 1.0)]  # windows [4], [4, 2], [2, 1]
+    [112.0, 112.0, 224.0]
+    """
+
+    def __init__(self, fmt: Any, history_len: int = 1024, algo: str = "max", margin: int = 0):
+        self.format = _format(fmt, "fmt")
+        self.history_len = check_scalar(history_len, "history_len", int, min_val=1)
+        if algo not in _ALGOS:
+            raise ValueError(f"algo must be one of {', '.join(_ALGOS)}, got {algo!r}")
+        self.algo = algo
+        self.margin = check_scalar(margin, "margin", int, min_val=0)
+        self._window: deque[float] = deque(maxlen=self.history_len)
+        self.scale = 1.0
+
+    @property
+    def history(self) -> np.ndarray:
+        """The amaxes in the window, oldest first (float64)."""
+        return np.array(self._window, dtype=np.float64)
+
+    @property
+    def amax(self) -> float:
+        """The amax the current scale was computed from (0 before the first update)."""
+        if not self._window:
+            return 0.0
+        return max(self._window) if self.algo == "max" else self._window[-1]
+
+    def update(self, amax: Any) -> float:
+        """Record a step's amax and compute the scale for the next step.
+
+        Parameters
+        ----------
+        amax : float
+            Largest magnitude of the tensor this step (0, inf or NaN keep the scale).
+
+        Returns
+        -------
+        float
+            The new :attr:`scale`.
+        """
+        if np.ndim(amax) != 0:
+            raise ValueError(f"amax must be one number, got an array of shape {np.shape(amax)}")
+        a = float(_real_array(amax, "amax"))
+        if a < 0:
+            raise ValueError(f"amax must be >= 0 (an absolute maximum), got {amax!r}")
+        if np.isfinite(a) and a > 0:
+            self._window.append(a)
+            self.scale = scale_from_amax(self.amax, self.format, self.margin, self.scale)
+        return self.scale
+
+    def __repr__(self) -> str:
+        return (
+            f"DelayedScaling({self.format.name}, history_len={self.history_len}, "
+            f"algo={self.algo!r}, margin={self.margin}, scale={self.scale:.6g}, "
+            f"steps in window={len(self._window)})"
+        )
+
+
+def _blocks(x: Any, block: int, name: str = "x") -> np.ndarray:
+    """Return ``x`` in float32, its last axis split in blocks: shape (..., n / block, block)."""
+    arr = _real_array(x, name).astype(np.float32)
+    if arr.ndim == 0 or arr.shape[-1] % block:
+        raise ValueError(
+            f"the last axis of {name} (shape {arr.shape}) must be a multiple of block={block}"
+        )
+    return arr.reshape(*arr.shape[:-1], arr.shape[-1] // block, block)
+
+
+def mx_quantize(
+    x: Any, elem_fmt: Any, block: int = 32, scale_rounding: str = "floor"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize to OCP Microscaling (MX): one power-of-two E8M0 scale per block of values.
+
+    Each block of ``block`` consecutive values along the last axis shares the scale ``2**e``.
+    With ``"floor"`` (the OCP MX rule) ``e = floor(log2(amax)) - emax``, ``emax`` the exponent
+    of the element format's largest binade: the block's amax lands in the top binade, and values
+    beyond the largest element saturate. With ``"rceil"`` ``e`` is the smallest exponent with
+    ``amax / 2**e <= max``: nothing saturates. ``e`` is clipped to E8M0's ``[-127, 127]``, so
+    an all-zero block gets the scale ``2**-127``. A block that holds a NaN or an infinity gets a
+    NaN scale: all its values dequantize to NaN.
+
+    Parameters
+    ----------
+    x : array_like
+        Values (taken in float32); the last axis a multiple of ``block``.
+    elem_fmt : str or dtype
+        Element format: ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e2m3``, ``fp6_e3m2`` or ``fp4_e2m1``.
+    block : int, optional
+        Values per block (32 in the MX formats).
+    scale_rounding : {"floor", "rceil"}, optional
+        How the shared exponent is chosen.
+
+    Returns
+    -------
+    elements : numpy.ndarray
+        ``x / scale`` rounded to the element format, the shape of ``x``.
+    scales : numpy.ndarray of float8_e8m0fnu
+        One per block: shape ``x.shape[:-1] + (x.shape[-1] // block,)``.
+
+    Raises
+    ------
+    ValueError
+        For another element format or rounding, or a last axis not a multiple of ``block``.
+    """
+    f = _format(elem_fmt, "elem_fmt", ELEMENT_FORMATS)
+    block = check_scalar(block, "block", int, min_val=1)
+    if scale_rounding not in _ROUNDINGS:
+        raise ValueError(
+            f"scale_rounding must be one of {', '.join(_ROUNDINGS)}, got {scale_rounding!r}"
+        )
+    v = _blocks(x, block)
+    amax = np.max(np.abs(v), axis=-1).astype(np.float64)
+    finite = np.isfinite(amax)
+    positive = finite & (amax > 0)
+    safe = np.where(positive, amax, 1.0)
+    if scale_rounding == "floor":
+        e = np.frexp(safe)[1] - 1 - f.max_exponent  # frexp: safe = m * 2**k, 0.5 <= m < 1
+    else:
+        e = np.ceil(np.log2(safe / f.max)).astype(int)
+        e = e + (safe > f.max * np.exp2(e)) - (safe <= f.max * np.exp2(e - 1))  # exact
+    scale = np.exp2(np.clip(np.where(positive, e, -127), *_E8M0_EXPONENTS).astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        elements = quantize(np.where(finite[..., None], v, 0) / scale[..., None], f, 1.0)
+    scales = np.where(finite, scale, np.nan).astype(formats.get("e8m0").dtype)
+    return elements.reshape(np.shape(x)), scales
+
+
+def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
+    """Return the values of block-scaled elements: element times its block's scale, float32.
+
+    Parameters
+    ----------
+    elements : array_like
+        Elements in any format, e.g. from :func:`mx_quantize`.
+    scales : array_like
+        One scale per block (E8M0, E4M3 or any real dtype), shape
+        ``elements.shape[:-1] + (elements.shape[-1] // block,)``.
+    block : int, optional
+        Values per block.
+
+    Returns
+    -------
+    numpy.ndarray of float32
+        The shape of ``elements``.
+    """
+    block = check_scalar(block, "block", int, min_val=1)
+    v = _blocks(elements, block, "elements")
+    s = _real_array(scales, "scales").astype(np.float32)
+    if s.shape != v.shape[:-1]:
+        raise ValueError(
+            f"scales must have shape {v.shape[:-1]} (one per block of {block} elements), "
+            f"got {s.shape}"
+        )
+    return (v * s[..., None]).reshape(np.shape(elements))
+
+
+def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """Quantize to NVFP4: FP4 (E2M1) elements, an E4M3 scale per 16 values, one FP32 scale.
+
+    The tensor scale ``amax / (6 * 448)`` (6 and 448: the largest FP4 and E4M3 values) brings
+    the block scales ``block amax / 6 / tensor scale`` into E4M3's range, where they are rounded
+    to nearest; each element is ``x / (block scale * tensor scale)`` rounded to FP4, saturating.
+    A block that holds a NaN or an infinity gets a NaN block scale.
+
+    Parameters
+    ----------
+    x : array_like
+        Values (taken in float32); the last axis a multiple of 16.
+
+    Returns
+    -------
+    elements : numpy.ndarray of float4_e2m1fn
+        The shape of ``x``.
+    block_scales : numpy.ndarray of float8_e4m3fn
+        One per block of 16 along the last axis.
+    tensor_scale : numpy.float32
+        ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros).
+    """
+    fp4 = _format("fp4_e2m1", "elem_fmt", ELEMENT_FORMATS)
+    v = _blocks(x, _NVFP4_BLOCK)
+    amax = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
+    tensor_scale = np.float32(amax / (fp4.max * formats.get("fp8_e4m3").max) if amax else 1.0)
+    block_amax = np.max(np.abs(v), axis=-1)
+    with np.errstate(invalid="ignore"):
+        wanted = np.where(np.isfinite(block_amax), block_amax / fp4.max / tensor_scale, np.nan)
+    block_scales = quantize(wanted, "fp8_e4m3", 1.0)
+    decode = block_scales.astype(np.float32) * tensor_scale
+    ok = np.isfinite(decode) & (decode > 0)
+    scaled = np.where(ok[..., None], v / np.where(ok, decode, 1.0)[..., None], 0)
+    return quantize(scaled, fp4, 1.0).reshape(np.shape(x)), block_scales, tensor_scale
+
+
+def nvfp4_dequantize(elements: Any, block_scales: Any, tensor_scale: Any) -> np.ndarray:
+    """Return the values of an NVFP4 tensor: element x block scale x tensor scale, float32.
+
+    Parameters
+    ----------
+    elements, block_scales, tensor_scale
+        The three parts :func:`nvfp4_quantize` returns.
+
+    Returns
+    -------
+    numpy.ndarray of float32
+        The shape of ``elements``.
+    """
+    scale = np.float32(
+        check_scalar(tensor_scale, "tensor_scale", min_val=0, include_boundaries="neither")
+    )
+    return mx_dequantize(elements, block_scales, _NVFP4_BLOCK) * scale
