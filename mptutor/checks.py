@@ -1,8 +1,9 @@
-"""Argument checks shared by every module: one validator for numbers, one message style.
+"""Argument checks shared by every module: one validator for numbers, one for kinds of object.
 
 ``check_scalar`` follows scikit-learn's function of the same name: it accepts Python and NumPy
 numbers alike (``np.float32(1.0)`` as well as ``1.0``), refuses booleans, and names the argument
-and the accepted values in its error.
+and the accepted values in its error. ``check_type`` does the same for everything else (a model,
+a tensor, a flag, a loss scaler).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import numbers
 from typing import Any, Literal
 
-__all__ = ["check_scalar", "optional_positive"]
+__all__ = ["check_scalar", "check_type", "optional_positive"]
 
 _BOUNDARIES = ("both", "left", "right", "neither")
 
@@ -79,6 +80,8 @@ def check_scalar(
     ...
     ValueError: steps must be in [1, inf], got 0
     """
+    if kind not in (int, float):
+        raise ValueError(f"kind must be int or float, got {kind!r}")
     if include_boundaries not in _BOUNDARIES:
         raise ValueError(
             f"include_boundaries must be one of {_BOUNDARIES}, got {include_boundaries!r}"
@@ -104,6 +107,49 @@ def check_scalar(
         interval = _interval(min_val, max_val, include_boundaries)
         raise ValueError(f"{name} must be in {interval}, got {value!r}")
     return number
+
+
+def check_type(value: Any, name: str, types: type | tuple[type, ...], accepted: str) -> Any:
+    """Check that ``value`` is an instance of ``types`` (a class itself never is).
+
+    Parameters
+    ----------
+    value : object
+        The value given.
+    name : str
+        The argument's name, for the error message.
+    types : type or tuple of type
+        What ``isinstance`` must accept; a ``runtime_checkable`` protocol works too.
+    accepted : str
+        What is accepted, in words, for the message (``"a torch.nn.Module"``).
+
+    Returns
+    -------
+    object
+        ``value`` itself.
+
+    Raises
+    ------
+    TypeError
+        If it is not; the message names the argument, the value, its type and what is accepted.
+
+    Examples
+    --------
+    >>> check_type("False", "flat_master", bool, "True or False")
+    Traceback (most recent call last):
+    ...
+    TypeError: flat_master must be True or False, got 'False' of type str
+    """
+    if isinstance(value, type):  # a class passes a protocol's isinstance: ask for an instance
+        raise TypeError(
+            f"{name} must be {accepted}, got the class {value.__name__}: pass an instance, "
+            f"e.g. {value.__name__}()"
+        )
+    if not isinstance(value, types):
+        raise TypeError(
+            f"{name} must be {accepted}, got {value!r:.80} of type {type(value).__name__}"
+        )
+    return value
 
 
 def optional_positive(name: str, value: Any) -> float | None:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mptutor.checks import check_scalar, optional_positive
+from mptutor.checks import check_scalar, check_type, optional_positive
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "1", np.bool_(True)])
@@ -53,3 +53,20 @@ def test_check_scalar_boundaries():
 def test_check_scalar_prints_integer_bounds_in_full():
     with pytest.raises(ValueError, match=r"count must be in \[0, 2147483647\], got 2147483648"):
         check_scalar(2**31, "count", int, min_val=0, max_val=2**31 - 1)
+
+
+def test_check_scalar_refuses_an_unknown_kind():
+    with pytest.raises(ValueError, match="kind must be int or float, got <class 'str'>"):
+        check_scalar("1", "x", str)
+
+
+def test_check_type_names_the_argument_the_value_and_what_is_accepted():
+    assert check_type(True, "flag", bool, "True or False") is True
+    with pytest.raises(TypeError, match="flag must be True or False, got 'False' of type str"):
+        check_type("False", "flag", bool, "True or False")
+    with pytest.raises(TypeError, match=r"got the class int: pass an instance, e.g. int\(\)"):
+        check_type(int, "number", (int, float), "a number")
+    long = "x" * 500
+    with pytest.raises(TypeError) as info:
+        check_type(long, "name", int, "an int")
+    assert len(str(info.value)) < 150  # a huge value is cut short in the message

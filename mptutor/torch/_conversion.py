@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from mptutor.checks import check_type
+
 __all__ = ["bn_to_float", "network_to_half"]
 
 
@@ -22,7 +24,13 @@ def bn_to_float(module: nn.Module) -> nn.Module:
     -------
     torch.nn.Module
         The same module.
+
+    Raises
+    ------
+    TypeError
+        If ``module`` is not a ``torch.nn.Module``.
     """
+    check_type(module, "module", nn.Module, "a torch.nn.Module")
     for sub in module.modules():
         if isinstance(sub, nn.modules.batchnorm._BatchNorm):
             sub.float()
@@ -41,5 +49,11 @@ def network_to_half(module: nn.Module) -> nn.Module:
     -------
     torch.nn.Module
         The same module, ready for FP16 inputs.
+
+    Raises
+    ------
+    TypeError
+        If ``module`` is not a ``torch.nn.Module``.
     """
+    check_type(module, "module", nn.Module, "a torch.nn.Module")
     return bn_to_float(module.half())

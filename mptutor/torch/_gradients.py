@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from mptutor import gradients
+from mptutor.torch._master_weights import _tensors
 
 __all__ = ["gradient_stats"]
 
@@ -34,7 +35,14 @@ def gradient_stats(
     mptutor.gradients.GradientStats
         Counts of zeros, infs/NaNs, values that ``fmt`` would flush or overflow, and the
         exponents.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is neither a module nor an iterable of tensors.
+    ValueError
+        If ``fmt`` is not a format :func:`mptutor.formats.get` knows.
     """
-    params = model.parameters() if isinstance(model, nn.Module) else model
+    params = _tensors(model, "model")
     grads = [p.grad.detach().float().cpu().numpy() for p in params if p.grad is not None]
     return gradients.gradient_stats(grads, fmt)
