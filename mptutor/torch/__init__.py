@@ -35,6 +35,9 @@ This file only gathers the public names. The code lives in private modules, one 
 ``_distributed``
     :class:`Workers` and :func:`launch`: functions run in a few ``torch.distributed``
     processes on one machine (notebook 08).
+``_fp8``
+    :class:`FP8Linear` and :func:`to_fp8`: linear layers whose products run in FP8 through
+    ``torch._scaled_mm``, with none, current or delayed scaling (notebook 11).
 ``_headroom``
     :func:`headroom`: each module's largest output relative to a format's largest value
     (notebook 09); :func:`stochastic_round` to bfloat16 or float16 (notebook 10).
@@ -52,6 +55,7 @@ from mptutor.torch._distributed import (
     choose_backend,
     launch,
 )
+from mptutor.torch._fp8 import FP8Linear, to_fp8
 from mptutor.torch._gradients import gradient_stats
 from mptutor.torch._headroom import Headroom, headroom, stochastic_round
 from mptutor.torch._master_weights import (
@@ -90,4 +94,6 @@ __all__ = [
     "headroom",
     "Headroom",
     "stochastic_round",
+    "FP8Linear",
+    "to_fp8",
 ]

@@ -1,0 +1,161 @@
+"""mptutor.torch.FP8Linear against a dequantized FP32 reference computed with mptutor.fp8."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+from torch import nn  # noqa: E402
+
+from mptutor import fp8  # noqa: E402
+from mptutor import torch as mpt  # noqa: E402
+from mptutor.torch._fp8 import _cast  # noqa: E402
+
+
+def _data(seed=0, rows=32, cols=48, out=16, scale=3.0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen) * scale
+    w = torch.randn(out, cols, generator=gen) / cols**0.5
+    g = torch.randn(rows, out, generator=gen) * 1e-3
+    return x, w, g
+
+
+def _q(t, fmt, scale=None):
+    """Quantize a tensor with mptutor.fp8 (current scaling unless a scale is given)."""
+    a = t.detach().numpy()
+    s = fp8.scale_from_amax(np.abs(a).max(), fmt) if scale is None else scale
+    return fp8.dequantize(fp8.quantize(a, fmt, s), s).astype(np.float64)
+
+
+def _layer(w, **options):
+    layer = mpt.FP8Linear(w.shape[1], w.shape[0], bias=False, **options)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    return layer
+
+
+def _run(layer, x, g):
+    x = x.clone().requires_grad_()
+    out = layer(x)
+    out.backward(g)
+    return out.detach().double().numpy(), x.grad.double().numpy(), layer.weight.grad.double()
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_the_cast_is_the_one_of_mptutor_fp8(fmt):
+    dtype = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[fmt]
+    x = torch.cat([torch.randn(1000) * 100, torch.tensor([1e6, -1e6, float("inf"), 1e-9])])
+    for s in (1.0, 0.37, 64.0):
+        mine = _cast(x, torch.tensor(s), dtype).float().numpy()
+        np.testing.assert_array_equal(mine, fp8.quantize(x.numpy(), fmt, s).astype(np.float32))
+
+
+@pytest.mark.parametrize("grad_format", ["fp8_e5m2", "fp8_e4m3"])
+def test_current_scaling_matches_the_dequantized_reference(grad_format):
+    x, w, g = _data()
+    out, dx, dw = _run(_layer(w, scaling="current", grad_format=grad_format), x, g)
+    xd, wd, gd = _q(x, "fp8_e4m3"), _q(w, "fp8_e4m3"), _q(g, grad_format)
+    np.testing.assert_allclose(out, xd @ wd.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, gd @ wd, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(dw, gd.T @ xd, rtol=1e-5, atol=1e-8)
+    exact = x.double() @ w.double().T
+    assert 1e-3 < np.abs(out - exact.numpy()).max() < 0.5  # FP8 is not FP32
+
+
+def test_delayed_scaling_follows_mptutor_fp8_delayed_scaling():
+    x, w, g = _data()
+    layer = _layer(w, scaling="delayed", history_len=3, margin=1)
+    states = {
+        r: fp8.DelayedScaling(f, 3, margin=1) for r, f in [("input", "e4m3"), ("grad", "e5m2")]
+    }
+    for step, factor in enumerate([1.0, 8.0, 0.5, 0.5, 0.5, 2.0]):
+        xs, gs = x * factor, g * factor
+        used = {r: np.float32(s.scale) for r, s in states.items()}
+        out, dx, _ = _run(layer, xs, gs)
+        layer.weight.grad = None
+        wd = _q(w, "fp8_e4m3", np.float32(layer.weight_scale) if step else 1.0)
+        np.testing.assert_allclose(out, _q(xs, "e4m3", used["input"]) @ wd.T, rtol=1e-5, atol=1e-4)
+        states["input"].update(float(xs.abs().max()))
+        states["grad"].update(float(gs.abs().max()))
+        for role, state in states.items():
+            assert getattr(layer, f"{role}_scale").item() == np.float32(state.scale), (step, role)
+    assert layer.input_amax_history.tolist() == [np.float32(a) for a in states["input"].history]
+    layer.eval()  # evaluation reads the scales and records nothing
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    layer(x * 100)
+    assert all(torch.equal(before[k], v) for k, v in layer.state_dict().items())
+
+
+def test_without_a_scale_small_values_underflow_and_large_ones_saturate():
+    w = torch.eye(16)
+    layer = _layer(w, scaling="none")
+    x = torch.full((16, 16), 1e-4)
+    x[0, 0] = 1000.0
+    out = layer(x)
+    assert out[0, 0] == 448.0 and (out[1:] == 0).all()  # E4M3: saturated, flushed to zero
+    g = torch.zeros(16, 16)
+    g[0, 0] = 1000.0
+    for fmt, expected in (("fp8_e5m2", 1024.0), ("fp8_e4m3", 448.0)):
+        _, dx, _ = _run(_layer(w, scaling="none", grad_format=fmt), x, g)
+        assert dx[0, 0] == expected
+
+
+def test_bfloat16_inputs_give_bfloat16_outputs_and_a_float32_weight_gradient():
+    x, w, g = _data(rows=16, cols=32, out=16)
+    layer = _layer(w, scaling="current")
+    xb = x.bfloat16().requires_grad_()
+    out = layer(xb)
+    out.backward(g.bfloat16())
+    assert out.dtype == xb.grad.dtype == torch.bfloat16 and layer.weight.grad.dtype == torch.float32
+
+
+def test_to_fp8_swaps_linear_layers_and_trains():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 4)
+    )
+    params = list(model.parameters())
+    mpt.to_fp8(model, skip={"4"}, scaling="delayed", history_len=4)
+    assert [type(m).__name__ for m in model] == ["FP8Linear", "ReLU", "FP8Linear", "ReLU", "Linear"]
+    assert all(a is b for a, b in zip(params, model.parameters(), strict=True))
+    assert "scaling='delayed', grad_format='fp8_e5m2', history_len=4" in repr(model[0])
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x = torch.randn(64, 32)
+    y = x[:, :4].argmax(dim=1)  # a rule the model can learn
+    losses = []
+    for _ in range(20):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+    with pytest.raises(ValueError, match=r"skip names no linear layer of the model: \['9'\]"):
+        mpt.to_fp8(model, skip={"9"})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"scaling": "fast"}, "scaling must be one of none, current, delayed, got 'fast'"),
+        ({"algo": "mean"}, "algo must be one of max, most_recent"),
+        ({"grad_format": "bf16"}, "grad_format must be fp8_e5m2 or fp8_e4m3, got 'bf16'"),
+        ({"history_len": 0}, r"history_len must be in \[1, inf\], got 0"),
+        ({"margin": -1}, r"margin must be in \[0, inf\], got -1"),
+    ],
+)
+def test_bad_options_are_refused_with_what_is_accepted(options, message):
+    with pytest.raises(ValueError, match=message):
+        mpt.FP8Linear(16, 16, **options)
+
+
+@pytest.mark.gpu
+def test_current_scaling_on_a_gpu_matches_the_reference():
+    x, w, g = _data(rows=64, cols=64, out=32)
+    layer = _layer(w, scaling="current").cuda()
+    xc = x.cuda().requires_grad_()
+    out = layer(xc)
+    out.backward(g.cuda())
+    xd, wd, gd = _q(x, "fp8_e4m3"), _q(w, "fp8_e4m3"), _q(g, "fp8_e5m2")
+    np.testing.assert_allclose(out.detach().double().cpu(), xd @ wd.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(xc.grad.double().cpu(), gd @ wd, rtol=1e-4, atol=1e-7)
