@@ -10,10 +10,10 @@
 #   make run         execute every notebook into build/<track>/ (.ipynb + .html) with a summary
 #   make notebooks   re-execute the committed notebooks in place
 #   make test-gpu PYTHON=/path/to/python
-#                    on a GPU host that brings its own CUDA PyTorch: the `gpu` tests and strict
-#                    nbval over the PyTorch notebooks on the GPU path (see README, "GPU hosts")
-#   make wheelhouse  download what `make test-gpu` installs, for an offline host
-#                    (WHEELHOUSE_PYTHON=3.12 by default)
+#                    on a GPU host that brings its own CUDA PyTorch: the unit tests (the `gpu`
+#                    ones included) and strict nbval over the PyTorch notebooks on the GPU path,
+#                    through benchmarks/gpu-plan.sh, which also runs without make (README, "GPU plan")
+#   make wheelhouse  download what the GPU host installs (Python 3.12), for an offline host
 #   make lab         JupyterLab in the main environment
 #   make lint        ruff over the package, tests, benchmarks and notebooks
 
@@ -36,21 +36,18 @@ MXNET_FRAMEWORKS := mxnet
 # Which notebooks run in which environment.
 MAIN_NOTEBOOKS := notebooks/pytorch notebooks/keras
 MXNET_NOTEBOOKS := notebooks/gluon
-GPU_NOTEBOOKS := notebooks/pytorch
 
 NBVAL := -p no:cacheprovider --nbval --nbval-current-env \
          --nbval-sanitize-with tests/nbval-sanitize.cfg --nbval-cell-timeout=900
 # Quiet the frameworks' C++ start-up logs in every process that make starts.
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-# GPU hosts: an environment on top of the host's own Python and CUDA PyTorch.
-GPU_VENV := .venv-gpu-host
-GPU_PY := $(GPU_VENV)/bin/python
-WHEELHOUSE ?= wheelhouse
-WHEELHOUSE_PYTHON ?= 3.12
-WHEELHOUSE_PLATFORMS := manylinux2014_x86_64 manylinux_2_17_x86_64 manylinux_2_28_x86_64
+# GPU hosts: benchmarks/gpu-plan.sh does the work; its logs go to $(GPU_OUT).
+GPU_OUT ?= build/gpu
 # Set to 0 only to rehearse `make test-gpu` on a machine without a GPU.
 MPTUTOR_REQUIRE_GPU ?= 1
+GPU_PLAN := PYTHON=$(PYTHON) GPU_PLAN_REHEARSE=$(if $(filter 0,$(MPTUTOR_REQUIRE_GPU)),1,0) \
+            bash benchmarks/gpu-plan.sh
 
 .PHONY: venvs test test-unit test-notebooks run notebooks test-gpu wheelhouse lab lint clean
 
@@ -93,38 +90,19 @@ notebooks: venvs
 	$(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --in-place || rc=1; \
 	exit $$rc
 
-# A GPU host: PYTHON is its interpreter with CUDA PyTorch. The environment sees the host's
-# packages (its pip included) and adds only what is missing (notebook tools, Keras, this package), from
-# $(WHEELHOUSE)/ when that folder exists (offline) and from the index otherwise. The `gpu` tests
-# and nbval both run even if the first fails.
+# A GPU host: PYTHON is its interpreter with CUDA PyTorch. The plan's steps install what is
+# missing beside it from wheelhouse/ (offline; they stop with a clear message when it is absent)
+# and each runs within 8 minutes; all three run even if one fails.
 test-gpu:
-	@$(PYTHON) -c 'import torch' 2>/dev/null || { echo "make test-gpu needs PYTHON=<an interpreter with CUDA PyTorch>" >&2; exit 2; }
-	@test -x $(GPU_PY) || $(PYTHON) -m venv --system-site-packages --without-pip $(GPU_VENV)
-	@# PYTHON may itself be a virtual environment: its site-packages come in through a .pth file.
-	@$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
-	    > "$$($(GPU_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-site-packages.pth"
-	$(GPU_PY) -m pip install --quiet --disable-pip-version-check \
-	    $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE)) \
-	    -r requirements-gpu-host.txt
-	$(GPU_PY) -m pip install --quiet --disable-pip-version-check --no-deps \
-	    $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE)) -e .
 	@rc=0; \
-	MPTUTOR_REQUIRE_GPU=$(MPTUTOR_REQUIRE_GPU) MPTUTOR_REQUIRE_FRAMEWORKS=torch \
-	    $(GPU_PY) -m pytest -p no:cacheprovider -m gpu tests || rc=1; \
-	$(GPU_PY) -m pytest $(NBVAL) $(GPU_NOTEBOOKS) || rc=1; \
+	$(GPU_PLAN) tests $(GPU_OUT) || rc=1; \
+	$(GPU_PLAN) nbval-a $(GPU_OUT) || rc=1; \
+	$(GPU_PLAN) nbval-b $(GPU_OUT) || rc=1; \
 	exit $$rc
 
-# Wheels for `make test-gpu` on an offline host (Linux x86-64, Python $(WHEELHOUSE_PYTHON)).
-# The host brings NumPy with its PyTorch, so the NumPy wheel that the resolver pulls in is
-# dropped again.
-wheelhouse: $(MAIN_STAMP)
-	rm -rf $(WHEELHOUSE)
-	$(MAIN_PY) -m pip download --quiet --disable-pip-version-check --only-binary :all: \
-	    --python-version $(WHEELHOUSE_PYTHON) $(addprefix --platform ,$(WHEELHOUSE_PLATFORMS)) \
-	    -r requirements-gpu-host.txt setuptools wheel \
-	    -c requirements.txt -d $(WHEELHOUSE)
-	rm -f $(WHEELHOUSE)/numpy-*.whl
-	@du -sh $(WHEELHOUSE); ls $(WHEELHOUSE) | wc -l | xargs echo wheels:
+# Wheels for the GPU host (Linux x86-64, Python 3.12); needs only pip, not the environments.
+wheelhouse:
+	WHEELHOUSE_PIP=$(PYTHON) bash benchmarks/gpu-plan.sh wheelhouse
 
 lab: $(MAIN_STAMP)
 	$(MAIN_PY) -m jupyter lab notebooks

@@ -13,22 +13,38 @@ product (1024^3 takes microseconds on an H100) is timed by the GPU's work, not b
 which the host launches kernels. --no-graph launches the products from the host instead. On a
 CPU the samples are timed with a wall clock. The record says which method was used.
 
+Caches and clocks: on a GPU the products of a sample cycle through enough input pairs to fill
+twice the L2 cache (the record gives ``input_sets`` per row), so that a 1024^3 product is not
+timed on inputs that the cache still holds from the call before; and FP16 products keep the GPU
+busy for --clock-warmup seconds before the first row, so that the first rows are not timed while
+its clocks ramp up. ``nvidia-smi``'s clocks, power limit and throttle reasons before and after
+the run are in the record. On a CPU the inputs are reused and its caches are not flushed.
+FP8 products accumulate in FP32 (``use_fast_accum=False``) unless --fp8-fast-accum.
+
 Usage::
 
     python benchmarks/gemm_sweep.py                        # this machine (CPU: small sizes)
-    python benchmarks/gemm_sweep.py --save                 # GPU: record data/results/*.json
-    python benchmarks/gemm_sweep.py --smoke --save         # tiny CPU run, record in a temp dir
+    python benchmarks/gemm_sweep.py --out DIR              # GPU: write the record into DIR
+    python benchmarks/gemm_sweep.py --smoke --out DIR      # tiny CPU run that checks the path
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
-from mptutor import bench, hardware
-from mptutor import torch_perf as tp
-from mptutor.table import Table
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets beside this file
+
+import records  # noqa: E402
+import targets  # noqa: E402
+
+from mptutor import bench, hardware  # noqa: E402
+from mptutor import torch as mpt  # noqa: E402
+from mptutor import torch_perf as tp  # noqa: E402
+from mptutor.table import Table  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,11 +66,18 @@ def main(argv: list[str] | None = None) -> None:
         help="shortest sample (default 10 on a GPU, 20 on a CPU)",
     )
     parser.add_argument("--no-graph", action="store_true", help="no CUDA graph on a GPU")
-    bench.add_record_options(
+    parser.add_argument(
+        "--clock-warmup", type=float, default=2.0, help="seconds of FP16 products first (GPU)"
+    )
+    parser.add_argument(
+        "--fp8-fast-accum", action="store_true", help="FP8 with use_fast_accum=True"
+    )
+    records.add_record_options(
         parser, smoke_help="tiny run that checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
-    device = args.device or ("cpu" if args.smoke else tp.default_device())
+    device = args.device or ("cpu" if args.smoke else mpt.device())
+    gpu_before = records.gpu_state() if tp.is_cuda(device) else None
     gpu = tp.is_cuda(device)
     if args.smoke:
         sizes, repeats, min_sample_s = args.sizes or [32], args.repeats or 2, 0.001
@@ -65,7 +88,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.min_sample_ms is not None:
         min_sample_s = args.min_sample_ms / 1e3
     rows = tp.gemm_sweep(
-        sizes, device, args.precisions, repeats, min_sample_s, graph=not args.no_graph
+        sizes,
+        device,
+        args.precisions,
+        repeats,
+        min_sample_s,
+        graph=not args.no_graph,
+        fp8_fast_accum=args.fp8_fast_accum,
+        clock_warmup_s=0.0 if args.smoke else args.clock_warmup,
     )
     print(hardware.report().summary())
     print(
@@ -77,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
                     "TFLOP/s": r.get("tflops"),
                     "timing": r["timing"]["method"] if "timing" in r else None,
                     "products/sample": r["timing"]["inner"] if "timing" in r else None,
+                    "input sets": r.get("input_sets"),
                     "skipped": r.get("skipped"),
                 }
                 for r in rows
@@ -96,21 +127,23 @@ def main(argv: list[str] | None = None) -> None:
         if (num, top) in tflops and (den, top) in tflops:
             ratios[f"{num}/{den}"] = tflops[(num, top)] / tflops[(den, top)]
             print(f"{num} / {den} at {top}^3: {ratios[f'{num}/{den}']:.2f}x")
-    if args.save:
-        methods = sorted({r["timing"]["method"] for r in rows if "timing" in r})
-        data = {
-            "sizes": sizes,
-            "precisions": args.precisions,
-            "repeats": repeats,
-            "min_sample_s": min_sample_s,
-            "timing_methods": {m: tp.TIMING_METHODS[m] for m in methods},
-            "tf32_api": tp.tf32_settings()["api"],
-            "rows": rows,
-            "ratios_at_largest": ratios,
-        }
-        path = tp.save_record("gemm_sweep", device, data, args.smoke, args.out_dir)
+    methods = sorted({r["timing"]["method"] for r in rows if "timing" in r})
+    data = {
+        "sizes": sizes,
+        "precisions": args.precisions,
+        "repeats": repeats,
+        "min_sample_s": min_sample_s,
+        "timing_methods": {m: tp.TIMING_METHODS[m] for m in methods},
+        "clock_warmup_s": args.clock_warmup if gpu and not args.smoke else 0.0,
+        "fp8_use_fast_accum": args.fp8_fast_accum,
+        "tf32_api": tp.tf32_settings()["api"],
+        "rows": rows,
+        "ratios_at_largest": ratios,
+    }
+    path = records.save_record("gemm_sweep", device, data, args, gpu_before=gpu_before)
+    if path is not None:
         print("saved", path)
-        checks = bench.check_targets([(path, bench.load_result(path))], every_target=False)
+        checks = targets.check_targets([(path, bench.load_result(path))], every_target=False)
         print(checks if len(checks) else "no target applies to this record")
 
 

@@ -49,18 +49,19 @@ Usage::
     python benchmarks/keras_cnn_experiment.py --smoke
     KERAS_BACKEND=torch python benchmarks/keras_cnn_experiment.py --smoke
 
-    # a GPU machine without TensorFlow: Keras on the PyTorch backend, full size, saved
+    # a GPU machine without TensorFlow: Keras on the PyTorch backend, full size, recorded
     KERAS_BACKEND=torch PYTHONPATH=. python benchmarks/keras_cnn_experiment.py \
-        --backend-note "H100, Keras on torch" --save
+        --backend-note "H100, Keras on torch" --out DIR
 
 On a CPU the ``mixed_float16`` steps can be the slow part: CPUs without fast float16 arithmetic
 run the float16 convolutions and their gradients through slow kernels. Sizes default to full
 size on a GPU (256x256 images, batch sizes 32 to 512) and to 16x16 images and batch sizes 32
 and 64 on a CPU; ``--smoke`` uses 8x8 images, one batch size of 4 and one timed step.
 
-With ``--save`` the record goes to ``data/results/keras_cnn_experiment-<backend>-<device>.json``
+With ``--out DIR`` the record goes to ``DIR/keras_cnn_experiment-<backend>-<device>.json``
 (``keras_cnn_experiment-smoke-<backend>-<device>.json`` for ``--smoke``), written by
-:func:`mptutor.bench.save_result` with the machine, versions, date and command.
+``records.save_result`` (beside this script) with the machine, versions, date, command and
+commit; recorded GPU runs are committed to ``data/results/`` afterwards.
 """
 
 from __future__ import annotations
@@ -70,13 +71,16 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before Keras loads TensorFlow, if it does
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # records beside this file
 
 import keras  # noqa: E402
+import records  # noqa: E402
 
-from mptutor import bench, hardware  # noqa: E402
+from mptutor import hardware  # noqa: E402
 from mptutor import keras_cnn as kc  # noqa: E402
 from mptutor.table import Table  # noqa: E402
 
@@ -252,10 +256,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="timed training steps per configuration (default: 20 GPU, 3 CPU)",
     )
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3)")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="a tiny run that checks the code path and measures nothing: 8x8 images, "
+    records.add_record_options(
+        parser,
+        smoke_help="a tiny run that checks the code path and measures nothing: 8x8 images, "
         "batch size 4, one timed step (other size options are then ignored)",
     )
     parser.add_argument("--models", type=_names(kc.MODELS), default=list(kc.MODELS))
@@ -284,14 +287,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="",
         help="free text stored in the record, e.g. how Keras was installed",
     )
-    parser.add_argument(
-        "--save",
-        action="store_true",
-        help="write data/results/keras_cnn_experiment-<backend>-<device>.json",
-    )
-    parser.add_argument(
-        "--out-dir", default=None, help="folder for --save (default: data/results of the checkout)"
-    )
     args = parser.parse_args(argv)
     gpu = kc.device_kind() != "cpu"
     if args.smoke:
@@ -317,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure, print the table, and save the record if asked."""
     args = parse_args(argv)
     backend = keras.backend.backend()
+    gpu_before = records.gpu_state() if kc.device_kind(backend) == "cuda" else None
     print(
         f"Keras {keras.__version__} on {backend} {kc.backend_version(backend)}, "
         f"{hardware.report().summary()}; images {args.image_size}x{args.image_size}, "
@@ -325,11 +321,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     data = measure(args)
     print(summary_table(data))
-    if args.save:
+    if args.out is not None:
         smoke = "-smoke" if args.smoke else ""
         slug = device_slug(hardware.report(), data["device"])
         name = f"keras_cnn_experiment{smoke}-{backend}-{slug}"
-        path = bench.save_result(name, data, out_dir=args.out_dir)
+        path = records.save_result(
+            name, data, args.out, commit_id=args.commit, gpu_before=gpu_before
+        )
         print(f"saved {path}")
     return 0
 

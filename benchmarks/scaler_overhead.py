@@ -20,24 +20,31 @@ alone (unscale, inf check, step, scale update). On a GPU the host syncs are coun
 
 Usage::
 
-    python benchmarks/scaler_overhead.py                 # CPU: small MLP
-    python benchmarks/scaler_overhead.py --save          # GPU: ResNet50 (torchvision), record
-    python benchmarks/scaler_overhead.py --smoke --save  # tiny CNN on CPU, temp record
+    python benchmarks/scaler_overhead.py                   # CPU: small MLP
+    python benchmarks/scaler_overhead.py --out DIR         # GPU: ResNet50 (torchvision), record
+    python benchmarks/scaler_overhead.py --smoke --out DIR # tiny CNN on CPU, checks the path
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from mptutor import bench
-from mptutor import torch as mpt
-from mptutor import torch_perf as tp
-from mptutor.scaling import DynamicLossScaler
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets beside this file
+
+import records  # noqa: E402
+import targets  # noqa: E402
+
+from mptutor import bench  # noqa: E402
+from mptutor import torch as mpt  # noqa: E402
+from mptutor import torch_perf as tp  # noqa: E402
+from mptutor.scaling import DynamicLossScaler  # noqa: E402
 
 CONV_MODELS = ("resnet50", "tiny-cnn")
 
@@ -223,12 +230,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default 5")
     parser.add_argument("--iters", type=int, default=None, help="default 10")
     parser.add_argument("--warmup", type=int, default=None, help="default 5")
-    bench.add_record_options(
+    records.add_record_options(
         parser, smoke_help="tiny CNN in channels_last, checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
-    args.device = args.device or ("cpu" if args.smoke else tp.default_device())
+    args.device = args.device or ("cpu" if args.smoke else mpt.device())
     cuda = tp.is_cuda(args.device)
+    gpu_before = records.gpu_state() if cuda else None
     if args.model is None:
         args.model = "tiny-cnn" if args.smoke else ("resnet50" if cuda else "mlp")
     if args.channels_last is None:
@@ -260,12 +268,12 @@ def main(argv: list[str] | None = None) -> None:
     if "host_syncs_per_step" in result:
         print(f"  host syncs per optimizer part: {result['host_syncs_per_step']}")
         print(f"  host syncs per training step: {result['host_syncs_per_iteration']}")
-    if args.save:
-        path = tp.save_record(
-            "scaler_overhead", args.device, result, args.smoke, args.out_dir, suffix=args.model
-        )
+    path = records.save_record(
+        "scaler_overhead", args.device, result, args, suffix=args.model, gpu_before=gpu_before
+    )
+    if path is not None:
         print(f"saved {path}")
-        checks = bench.check_targets([(path, bench.load_result(path))], every_target=False)
+        checks = targets.check_targets([(path, bench.load_result(path))], every_target=False)
         print(checks if len(checks) else "no target applies to this record")
 
 

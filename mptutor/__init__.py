@@ -31,7 +31,7 @@ plots
 data
     Caltech101 through a checksum-verified download; a small digits image folder for CPUs.
 bench
-    Timing, measurement records with their provenance, the project's performance targets.
+    Timing a function; reading the measurement records that ``benchmarks/`` wrote.
 table
     A small table that prints as text and renders as HTML in a notebook.
 atomic

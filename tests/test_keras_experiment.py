@@ -21,7 +21,6 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
 
-from mptutor import bench
 from mptutor import keras_cnn as kc
 from mptutor import tensorflow as mtf
 
@@ -258,10 +257,13 @@ def test_speedup_rows_and_kernel_shares():
 
 
 def test_find_records_keeps_gpu_runs_of_this_experiment(tmp_path):
-    bench.save_result("keras_cnn_experiment-torch-h100", _data(), out_dir=tmp_path)
-    bench.save_result("keras_cnn_experiment-torch-cpu", _data("cpu"), out_dir=tmp_path)
-    bench.save_result("keras_cnn_experiment-smoke-torch-h100", _data(smoke=True), out_dir=tmp_path)
-    bench.save_result("gemm_sweep-cuda", {"device": "cuda"}, out_dir=tmp_path)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import records  # what the benchmark scripts write records with
+
+    records.save_result("keras_cnn_experiment-torch-h100", _data(), tmp_path)
+    records.save_result("keras_cnn_experiment-torch-cpu", _data("cpu"), tmp_path)
+    records.save_result("keras_cnn_experiment-smoke-torch-h100", _data(smoke=True), tmp_path)
+    records.save_result("gemm_sweep-cuda", {"device": "cuda"}, tmp_path)
     ((path, record),) = kc.find_records(tmp_path)
     assert path.name == "keras_cnn_experiment-torch-h100.json"
     fields = {r["field"]: r["value"] for r in kc.provenance(path, record).rows}
@@ -306,7 +308,7 @@ def test_the_package_gathers_private_modules_of_at_most_500_lines():
 
 
 def test_smoke_run_writes_a_record(kce, tmp_path, capsys):
-    assert kce.main(["--smoke", "--save", "--out-dir", str(tmp_path)]) == 0
+    assert kce.main(["--smoke", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "images 8x8, batch sizes [4]" in out
     (path,) = tmp_path.glob("*.json")
@@ -331,7 +333,7 @@ def test_runs_on_the_torch_backend_without_tensorflow_imported(tmp_path):
     code = (
         "import runpy, sys\n"
         f"sys.argv = ['keras_cnn_experiment.py', '--smoke', '--models', 'blog', '--feeds',"
-        f" 'device', '--save', '--out-dir', {str(tmp_path)!r}]\n"
+        f" 'device', '--out', {str(tmp_path)!r}]\n"
         "try:\n"
         f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
         "except SystemExit as exit:\n"

@@ -19,6 +19,23 @@ def test_profiling_needs_a_gpu_and_says_so():
         mpt.tensor_core_kernels(lambda: None)
 
 
+def test_profiling_warns_of_nothing(monkeypatch):
+    # PyTorch 2.11 and later warn once per process on the first profile with acc_events=False;
+    # under the tests' warnings-as-errors that warning was an error. Profiled here on the CPU
+    # (the CUDA activity swapped for the CPU one), as in a fresh process.
+    import types
+
+    from torch import profiler
+
+    monkeypatch.setattr(profiler.profiler, "_WARNINGS_SHOWN", set(), raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    cpu_only = types.SimpleNamespace(CUDA=profiler.ProfilerActivity.CPU)
+    monkeypatch.setattr(profiler, "ProfilerActivity", cpu_only)
+    a = torch.randn(8, 8)
+    assert mpt.tensor_core_kernels(lambda: a @ a) == []  # CPU events are not CUDA kernels
+
+
 def test_profiling_checks_its_warmup():
     with pytest.raises(ValueError, match="warmup"):
         mpt.tensor_core_kernels(lambda: None, warmup=-1)

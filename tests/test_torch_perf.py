@@ -1,6 +1,5 @@
-"""mptutor.torch_perf: TF32 switches, GEMM products, timing, training steps, records."""
+"""mptutor.torch_perf: TF32 switches, GEMM products, timing, training and convolution steps."""
 
-import json
 import math
 import subprocess
 import sys
@@ -233,34 +232,57 @@ def test_stride_mismatches_checks_its_input():
         tp.stride_mismatches([torch.zeros(2)], [torch.zeros(3)])
 
 
-def test_save_record_names_and_provenance(tmp_path):
-    path = tp.save_record("gemm_sweep", "cpu", {"rows": []}, out_dir=tmp_path)
-    assert path.name == "gemm_sweep-cpu.json"
-    record = bench.load_result(path)
-    assert record["data"]["torch"] == torch.__version__ and record["data"]["smoke"] is False
-    assert record["data"]["device"] == "cpu" and record["hardware"]["packages"]["torch"]
-    smoke = tp.save_record(
-        "scaler_overhead", "cpu", {}, smoke=True, out_dir=tmp_path, suffix="tiny-cnn"
+def test_products_cycle_through_their_input_sets():
+    product = tp.make_product("fp32-strict", 8, 8, 8, "cpu", seed=1, input_sets=3)
+    results = [product() for _ in range(4)]
+    assert not torch.equal(results[0], results[1]) and not torch.equal(results[1], results[2])
+    assert torch.equal(results[0], results[3])  # the fourth call takes the first pair again
+    single = tp.make_product("fp32-strict", 8, 8, 8, "cpu", seed=1)
+    assert torch.equal(single(), results[0]) and torch.equal(single(), results[0])
+
+
+def test_gpu_inputs_fill_twice_the_l2_cache(monkeypatch):
+    from mptutor.torch_perf import _gemm
+
+    assert _gemm._input_sets_past_l2("fp16", 1024, 1024, 1024, "cpu") == 1
+    props = type("Props", (), {"L2_cache_size": 50 * 2**20})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    assert _gemm._input_sets_past_l2("fp16", 1024, 1024, 1024, "cuda") == 25  # 4 MiB a pair
+    assert _gemm._input_sets_past_l2("fp32-strict", 8192, 8192, 8192, "cuda") == 1
+    assert _gemm._input_sets_past_l2("fp8-e4m3", 256, 256, 256, "cuda") == 64  # at most 64
+
+
+def test_fp8_rows_say_how_they_accumulate():
+    row = tp.measure_gemm("fp8-e4m3", 32, 32, 32, "cpu", repeats=1, min_sample_s=0.0)
+    assert row["skipped"]  # measured on GPUs only, but the setting is on the row
+    assert row["use_fast_accum"] is False
+    fast = tp.make_product("fp8-e4m3", 32, 16, 32, "cpu", fp8_fast_accum=True)
+    slow = tp.make_product("fp8-e4m3", 32, 16, 32, "cpu")
+    assert fast().shape == slow().shape == (32, 16)
+
+
+def test_conv_step_times_clears_gradients_and_runs_each_shape():
+    rows = tp.conv_step_times(
+        2, 4, [6, 8], autotune=True, layouts=["channels_last"], repeats=2, fresh_process=False
     )
-    assert smoke.name == "scaler_overhead-smoke-cpu-tiny_cnn.json"
-    assert json.loads(smoke.read_text())["data"]["smoke"] is True
-    assert [p.name for p, _ in bench.find_records(results_dir=tmp_path)] == [path.name]
+    assert [(r["image side"], r["layout"], r["cudnn.benchmark"]) for r in rows] == [
+        (6, "channels_last", True),
+        (8, "channels_last", True),
+    ]
+    assert all(r["first call ms"] > 0 and r["median ms"] > 0 for r in rows)
+    assert torch.backends.cudnn.benchmark is False  # restored
+    with pytest.raises(ValueError, match="unknown layouts"):
+        tp.conv_step_times(2, 4, [6], layouts=["NHWC"])
 
 
-def test_default_device_is_the_adapters_device(monkeypatch):
-    monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
-    assert tp.default_device() == mpt.device() == "cpu"
-    monkeypatch.delenv("MPTUTOR_DEVICE")
-    assert tp.default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def test_a_smoke_record_never_lands_in_data_results():
-    path = tp.save_record("gemm_sweep", "cpu", {}, smoke=True)
+def test_conv_step_times_runs_in_a_fresh_process_with_this_thread_count():
+    threads = torch.get_num_threads()
     try:
-        assert path.parent != bench.RESULTS_DIR and path.parent.name.startswith("mptutor-smoke")
+        torch.set_num_threads(1)
+        rows = tp.conv_step_times(2, 4, [6], torch.bfloat16, layouts=["NCHW"], repeats=1)
     finally:
-        path.unlink()
-        path.parent.rmdir()
+        torch.set_num_threads(threads)
+    assert [(r["image side"], r["layout"]) for r in rows] == [(6, "NCHW")]
 
 
 # --- on a GPU ---------------------------------------------------------------------------------

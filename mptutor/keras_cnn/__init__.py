@@ -34,7 +34,7 @@ This file only gathers the public names. The code lives in private modules, one 
     :func:`profile_layers` (forward and backward per layer, the device waited for) and
     :func:`kernel_profile` (CUDA kernels of a step, PyTorch backend only).
 ``_records``
-    The records of ``benchmarks/keras_cnn_experiment.py --save``: :func:`find_records`,
+    The records of ``benchmarks/keras_cnn_experiment.py --out``: :func:`find_records`,
     :func:`provenance`, :func:`speedup_rows`, :func:`tensor_core_shares`, and
     :func:`plot_step_times` for live and recorded step times alike.
 """

@@ -1,8 +1,8 @@
 """Reading the experiment's measurement records, and the step-time figure of live and recorded runs.
 
-The records are written by ``benchmarks/keras_cnn_experiment.py --save`` through
-:func:`mptutor.bench.save_result`; each carries the machine, the versions, the date and the
-command that made it.
+The records are written by ``benchmarks/keras_cnn_experiment.py --out DIR`` and committed to
+``data/results/``; each carries the machine, the versions, the date, the command and the commit
+that made it. They are read through :mod:`mptutor.bench`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from inspect import signature
 from typing import Any
 
 import torch
@@ -53,7 +54,10 @@ def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[KernelRe
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    # One profiling cycle: with acc_events=False (the default) PyTorch 2.11 and later warn once
+    # that events are cleared after each cycle, a warning that tests turn into an error.
+    options = {"acc_events": True} if "acc_events" in signature(profile).parameters else {}
+    with profile(activities=[ProfilerActivity.CUDA], **options) as prof:
         fn()
         torch.cuda.synchronize()
     totals: dict[str, list[float]] = {}

@@ -24,11 +24,11 @@ This file only gathers the public names. The code lives in private modules, one 
     :func:`gemm_flops` counts their work.
 ``_training``
     :data:`TRAINING_MODES` and :func:`measure_training` time one training step in strict FP32,
-    TF32, AMP FP16 (with ``torch.amp.GradScaler``) and AMP BF16; :func:`stride_mismatches`
-    checks that FP16 weights and their FP32 masters share a memory layout.
-``_records``
-    :func:`default_device` (:func:`mptutor.torch.device`) and :func:`save_record`, which saves a
-    benchmark's measurement with its provenance through :mod:`mptutor.bench`.
+    TF32, AMP FP16 (with ``torch.amp.GradScaler``) and AMP BF16; :func:`conv_step_times` times a
+    convolution's first and later calls with ``cudnn.benchmark`` off or on, in a fresh process;
+    :func:`stride_mismatches` checks that FP16 weights and their FP32 masters share a layout.
+
+Saving the benchmarks' records, and the project's targets, belong to ``benchmarks/``.
 """
 
 from mptutor.torch_perf._gemm import (
@@ -40,7 +40,6 @@ from mptutor.torch_perf._gemm import (
     measure_gemm,
     why_not,
 )
-from mptutor.torch_perf._records import default_device, save_record
 from mptutor.torch_perf._tf32 import set_tf32, tf32, tf32_settings
 from mptutor.torch_perf._timing import (
     TIMING_METHODS,
@@ -53,6 +52,7 @@ from mptutor.torch_perf._timing import (
 from mptutor.torch_perf._training import (
     TRAINING_MODES,
     TrainingMode,
+    conv_step_times,
     measure_training,
     stride_mismatches,
 )
@@ -77,7 +77,6 @@ __all__ = [
     "TrainingMode",
     "TRAINING_MODES",
     "measure_training",
+    "conv_step_times",
     "stride_mismatches",
-    "default_device",
-    "save_record",
 ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,15 +131,24 @@ def why_not(precision: str, device: DeviceLike, shape: Sequence[int] = ()) -> st
 
 
 def make_product(
-    precision: str, m: int, n: int, k: int, device: DeviceLike = "cpu", seed: int = 0
+    precision: str,
+    m: int,
+    n: int,
+    k: int,
+    device: DeviceLike = "cpu",
+    seed: int = 0,
+    input_sets: int = 1,
+    fp8_fast_accum: bool = False,
 ) -> Callable[[], torch.Tensor]:
     """Return a function that computes one product ``A @ B`` of the given precision and shape.
 
     The inputs are drawn once (standard normal, seeded) and converted to the precision's dtype.
-    FP32 and TF32 share the same product: TF32 is a setting (:func:`tf32`) that must be on while
-    the product runs (or is captured into a CUDA graph). FP8 E4M3 runs through
-    ``torch._scaled_mm`` with ``A`` row-major, ``B`` column-major (as the FP8 kernels require),
-    per-tensor scales of 1 and a BF16 result.
+    With ``input_sets`` above 1, that many pairs are drawn and the calls take them in turn, so
+    that back-to-back calls do not find their inputs in the GPU's L2 cache. FP32 and TF32 share
+    the same product: TF32 is a setting (:func:`tf32`) that must be on while the product runs
+    (or is captured into a CUDA graph). FP8 E4M3 runs through ``torch._scaled_mm`` with ``A``
+    row-major, ``B`` column-major (as the FP8 kernels require), per-tensor scales of 1, a BF16
+    result, and FP32 accumulation unless ``fp8_fast_accum`` (``use_fast_accum``) is set.
 
     Parameters
     ----------
@@ -148,6 +160,10 @@ def make_product(
         Where the inputs live.
     seed : int, optional
         Seed of the inputs.
+    input_sets : int, optional
+        Pairs of inputs that the calls cycle through.
+    fp8_fast_accum : bool, optional
+        ``use_fast_accum`` of ``torch._scaled_mm`` for FP8 (faster, less accurate sums).
 
     Returns
     -------
@@ -156,17 +172,55 @@ def make_product(
     """
     p = _precision(precision)
     gen = torch.Generator(device=torch.device(device)).manual_seed(seed)
-    a = torch.randn(m, k, device=device, generator=gen)
-    b = torch.randn(k, n, device=device, generator=gen)
-    if p.dtype == torch.float32:
-        return lambda: a @ b
+    pairs = []
+    for _ in range(input_sets):
+        a = torch.randn(m, k, device=device, generator=gen)
+        b = torch.randn(k, n, device=device, generator=gen)
+        if p.name == "fp8-e4m3":  # B column-major, as the FP8 kernels require
+            a, b = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+        elif p.dtype != torch.float32:
+            a, b = a.to(p.dtype), b.to(p.dtype)
+        pairs.append((a, b))
+    order = itertools.cycle(pairs)
     if p.name != "fp8-e4m3":
-        a_low, b_low = a.to(p.dtype), b.to(p.dtype)
-        return lambda: a_low @ b_low
-    a8 = a.to(torch.float8_e4m3fn)
-    b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
+
+        def product() -> torch.Tensor:
+            a, b = next(order)
+            return a @ b
+
+        return product
     one = torch.ones((), device=device)
-    return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    def product_fp8() -> torch.Tensor:
+        a, b = next(order)
+        return torch._scaled_mm(
+            a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fp8_fast_accum
+        )
+
+    return product_fp8
+
+
+def _input_sets_past_l2(precision: str, m: int, n: int, k: int, device: DeviceLike) -> int:
+    """Input pairs (1 to 64) whose bytes are twice the GPU's L2 cache; 1 on a CPU."""
+    if not is_cuda(device):
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0)
+    pair = (m * k + k * n) * _precision(precision).dtype.itemsize
+    return max(1, min(64, math.ceil(2 * l2 / pair))) if l2 else 1
+
+
+def _ramp_clocks(device: DeviceLike, seconds: float) -> int:
+    """Run FP16 products on a GPU for ``seconds`` so its clocks are up; return how many."""
+    if not is_cuda(device) or seconds <= 0:
+        return 0
+    x = torch.randn(4096, 4096, device=device, dtype=torch.float16)
+    done, deadline = 0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(20):
+            x @ x  # noqa: B018 - the work is the point
+        torch.cuda.synchronize(torch.device(device))
+        done += 20
+    return done
 
 
 def measure_gemm(
@@ -178,11 +232,14 @@ def measure_gemm(
     repeats: int = 10,
     min_sample_s: float | None = None,
     graph: bool = True,
+    fp8_fast_accum: bool = False,
 ) -> dict[str, Any]:
     """Time one product shape in one precision; a row of a GEMM sweep.
 
     TF32 is switched on for ``"tf32"`` and off for every other precision while the product is
-    built, warmed up, captured and timed (:func:`tf32`), then restored.
+    built, warmed up, captured and timed (:func:`tf32`), then restored. On a GPU the calls cycle
+    through enough input pairs to fill twice the L2 cache (:func:`_input_sets_past_l2`), so a
+    small product is not timed on inputs the cache already holds.
 
     Parameters
     ----------
@@ -198,20 +255,28 @@ def measure_gemm(
         Shortest sample (see :func:`time_calls`).
     graph : bool, optional
         Use a CUDA graph on a GPU.
+    fp8_fast_accum : bool, optional
+        ``use_fast_accum`` for FP8 (see :func:`make_product`).
 
     Returns
     -------
     dict
         ``precision, m, n, k`` and either ``skipped`` (the reason) or ``seconds`` (median per
-        product), ``tflops``, ``timing`` (method, calls per sample, raw times).
+        product), ``tflops``, ``input_sets``, ``timing`` (method, calls per sample, raw times);
+        FP8 rows also ``use_fast_accum``.
     """
     p = _precision(precision)
     row: dict[str, Any] = {"precision": precision, "m": m, "n": n, "k": k}
+    if p.name == "fp8-e4m3":
+        row["use_fast_accum"] = fp8_fast_accum
     reason = why_not(precision, device, (m, n, k))
     if reason is not None:
         return {**row, "skipped": reason}
+    sets = _input_sets_past_l2(precision, m, n, k, device)
     with tf32(p.tf32):
-        product = make_product(precision, m, n, k, device)
+        product = make_product(
+            precision, m, n, k, device, input_sets=sets, fp8_fast_accum=fp8_fast_accum
+        )
         try:
             timing = time_calls(
                 product, device, repeats=repeats, min_sample_s=min_sample_s, graph=graph
@@ -225,6 +290,7 @@ def measure_gemm(
         **row,
         "seconds": seconds,
         "tflops": gemm_flops(m, n, k) / seconds / 1e12,
+        "input_sets": sets,
         "timing": timing.as_dict(),
     }
 
@@ -236,11 +302,14 @@ def gemm_sweep(
     repeats: int = 10,
     min_sample_s: float | None = None,
     graph: bool = True,
+    fp8_fast_accum: bool = False,
+    clock_warmup_s: float = 2.0,
 ) -> list[dict[str, Any]]:
     """Square products ``n x n x n`` for each size and the size minus one, in each precision.
 
     Each size ``n`` is measured next to ``n - 1``: when ``n`` is a multiple of 8, the pair
-    shows what alignment is worth.
+    shows what alignment is worth. On a GPU, FP16 products run for ``clock_warmup_s`` first
+    (:func:`_ramp_clocks`), so that the first rows are not timed while the clocks ramp up.
 
     Parameters
     ----------
@@ -250,8 +319,10 @@ def gemm_sweep(
         Where the products run.
     precisions : sequence of str, optional
         Keys of :data:`PRECISIONS` (default: all).
-    repeats, min_sample_s, graph
+    repeats, min_sample_s, graph, fp8_fast_accum
         As in :func:`measure_gemm`.
+    clock_warmup_s : float, optional
+        Seconds of FP16 products on a GPU before the first row (0: none).
 
     Returns
     -------
@@ -259,10 +330,15 @@ def gemm_sweep(
         One row per size and precision (:func:`measure_gemm`).
     """
     rows = []
+    _ramp_clocks(device, clock_warmup_s)
     for size in sizes:
         for n in (size, size - 1):
             for precision in precisions or list(PRECISIONS):
-                rows.append(measure_gemm(precision, n, n, n, device, repeats, min_sample_s, graph))
+                rows.append(
+                    measure_gemm(
+                        precision, n, n, n, device, repeats, min_sample_s, graph, fp8_fast_accum
+                    )
+                )
                 if is_cuda(device):
                     torch.cuda.empty_cache()
     return rows

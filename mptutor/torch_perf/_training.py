@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,7 +20,13 @@ from mptutor import bench
 from mptutor.torch_perf._tf32 import tf32
 from mptutor.torch_perf._timing import DeviceLike, is_cuda, synchronize
 
-__all__ = ["TrainingMode", "TRAINING_MODES", "measure_training", "stride_mismatches"]
+__all__ = [
+    "TrainingMode",
+    "TRAINING_MODES",
+    "measure_training",
+    "conv_step_times",
+    "stride_mismatches",
+]
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,148 @@ def measure_training(
         "final_loss": final_loss,
         "times_s": list(timing.times),
     }
+
+
+_LAYOUTS = {"NCHW": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+def conv_step_times(
+    batch: int,
+    channels: int,
+    sides: Sequence[int],
+    dtype: torch.dtype = torch.float32,
+    autotune: bool = False,
+    layouts: Sequence[str] = ("NCHW", "channels_last"),
+    device: DeviceLike = "cpu",
+    repeats: int = 10,
+    fresh_process: bool = True,
+) -> list[dict[str, Any]]:
+    """Time a 3x3 convolution's forward and backward pass: its first call, then the median.
+
+    For each image side and memory layout, a ``Conv2d(channels, channels, 3, padding=1)``
+    (seeded) runs a training step on a random batch: gradients cleared, forward, backward
+    (:func:`mptutor.bench.time_fn`, the device synchronised after each call). The first call is
+    timed alone, so it includes what a new combination of shapes pays once (with
+    ``cudnn.benchmark`` on, the search for the fastest algorithm). A tiny convolution of another
+    shape runs first, so no row pays for loading the library.
+
+    cuDNN keeps the plan it chose for each combination of shapes, dtype and layout for the rest
+    of the process, and its cache does not key on ``cudnn.benchmark``: a shape already run with
+    the flag off would reuse the untuned plan with it on. So by default the passes run in a
+    fresh Python process each (with this process's thread count), which sees no earlier shape.
+
+    Parameters
+    ----------
+    batch, channels : int
+        The batch size and the channels in and out.
+    sides : sequence of int
+        Image sides, each timed in turn (a new shape each).
+    dtype : torch.dtype, optional
+        The dtype of the layer and the batch.
+    autotune : bool, optional
+        The value of ``torch.backends.cudnn.benchmark`` while it runs.
+    layouts : sequence of str, optional
+        ``"NCHW"`` and/or ``"channels_last"``.
+    device : str or torch.device, optional
+        Where it runs.
+    repeats : int, optional
+        Timed calls after the first (plus two untimed ones).
+    fresh_process : bool, optional
+        Run in a new Python process.
+
+    Returns
+    -------
+    list of dict
+        ``image side, layout, cudnn.benchmark, first call ms, median ms``, in the order run.
+
+    Raises
+    ------
+    ValueError
+        For an unknown layout.
+    RuntimeError
+        If the fresh process fails (its error output is in the message).
+    """
+    unknown = [name for name in layouts if name not in _LAYOUTS]
+    if unknown:
+        raise ValueError(f"unknown layouts {unknown}; choose from {list(_LAYOUTS)}")
+    args = {
+        "batch": batch,
+        "channels": channels,
+        "sides": list(sides),
+        "dtype": str(dtype).removeprefix("torch."),
+        "autotune": autotune,
+        "layouts": list(layouts),
+        "device": str(device),
+        "repeats": repeats,
+    }
+    if not fresh_process:
+        return _conv_steps(**args)
+    code = (
+        "import json, sys, torch\n"
+        f"torch.set_num_threads({torch.get_num_threads()})\n"
+        "from mptutor.torch_perf._training import _conv_steps\n"
+        "print(json.dumps(_conv_steps(**json.loads(sys.stdin.read()))))\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds mptutor
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(args), capture_output=True, text=True,
+        env=env,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"the convolution timing process failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _conv_steps(
+    batch: int,
+    channels: int,
+    sides: list[int],
+    dtype: str,
+    autotune: bool,
+    layouts: list[str],
+    device: str,
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """Run :func:`conv_step_times` in this process."""
+    torch_dtype = getattr(torch, dtype)
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = autotune
+    try:
+        with torch.no_grad():  # load the convolution library once, at a shape no row uses
+            tiny = nn.Conv2d(3, 8, 3).to(device, torch_dtype)
+            tiny(torch.randn(1, 3, 8, 8, device=device, dtype=torch_dtype))
+        synchronize(device)
+        rows = []
+        for side in sides:
+            for name in layouts:
+                fmt = _LAYOUTS[name]
+                torch.manual_seed(0)
+                conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+                conv = conv.to(device, torch_dtype, memory_format=fmt)
+                images = torch.randn(batch, channels, side, side, device=device, dtype=torch_dtype)
+                images = images.contiguous(memory_format=fmt).requires_grad_()
+                grad_out = torch.randn_like(images)  # the output has the input's shape here
+
+                def step(conv=conv, images=images, grad_out=grad_out) -> None:
+                    conv.weight.grad = None  # a training step starts from cleared gradients
+                    images.grad = None
+                    conv(images).backward(grad_out)
+
+                first = bench.time_fn(step, repeats=1, warmup=0, device=device).median
+                steady = bench.time_fn(step, repeats=repeats, warmup=2, device=device).median
+                rows.append(
+                    {
+                        "image side": side,
+                        "layout": name,
+                        "cudnn.benchmark": autotune,
+                        "first call ms": first * 1e3,
+                        "median ms": steady * 1e3,
+                    }
+                )
+    finally:
+        torch.backends.cudnn.benchmark = before
+    return rows
 
 
 def stride_mismatches(tensors: Sequence[torch.Tensor], others: Sequence[torch.Tensor]) -> list[int]:

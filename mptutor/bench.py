@@ -1,0 +1,290 @@
+"""Timing a function, and reading the measurement records that the benchmarks wrote.
+
+Framework-free: this module never imports a deep-learning framework. A CUDA device is
+synchronised through PyTorch only when the caller has already imported it (it is then in
+``sys.modules``). The records are JSON files under ``data/results/``, written by the scripts in
+``benchmarks/`` with their provenance (machine, versions, date, command, commit, raw timings);
+notebooks read them here and show them labelled as recorded (:func:`label`). Writing records,
+the project's performance targets and their checking belong to ``benchmarks/``, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mptutor.checks import check_scalar
+
+__all__ = [
+    "Timing",
+    "time_fn",
+    "RESULTS_DIR",
+    "load_result",
+    "find_records",
+    "record_kind",
+    "record_device",
+    "provenance",
+    "label",
+]
+
+#: Where measurement records are committed.
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "data" / "results"
+_ROOT = RESULTS_DIR.parents[1]
+_FIELDS = ("name", "date", "command", "hardware", "data")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repeated timings of one function, in seconds.
+
+    Attributes
+    ----------
+    times : tuple of float
+        Every timed call, in order.
+    warmup : int
+        Untimed calls made first.
+    """
+
+    times: tuple[float, ...]
+    warmup: int
+
+    @property
+    def median(self) -> float:
+        """Median time per call."""
+        return statistics.median(self.times)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range divided by the median (0 for fewer than 4 repeats)."""
+        if len(self.times) < 4:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.times, n=4)
+        return (q3 - q1) / self.median
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the raw times with their median, for a JSON record."""
+        return {"median_s": self.median, "spread": self.spread, **asdict(self)}
+
+
+def _synchronizer(device: Any) -> Callable[[], None]:
+    name = str(device)
+    if name.split(":")[0] != "cuda":
+        return lambda: None
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise RuntimeError(
+            f"device {name!r}: timing CUDA work needs PyTorch, imported by the caller first "
+            "(mptutor.bench never imports a framework itself)"
+        )
+    return lambda: torch.cuda.synchronize(name)
+
+
+def time_fn(
+    fn: Callable[[], Any], repeats: int = 20, warmup: int = 3, device: Any = "cpu"
+) -> Timing:
+    """Time a function: warm-up calls, then ``repeats`` timed calls with the device synchronised.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no arguments.
+    repeats : int, optional
+        Timed calls (at least 1).
+    warmup : int, optional
+        Untimed calls first (kernel selection, caches, allocator).
+    device : str or torch.device, optional
+        ``"cpu"`` or ``"cuda"``/``"cuda:N"``: on CUDA each call is bracketed by
+        ``torch.cuda.synchronize()`` so the time covers the GPU work. Each call is timed
+        alone: for work shorter than a few milliseconds on a GPU, time many calls per sample
+        instead (``mptutor.torch_perf.time_calls``).
+
+    Returns
+    -------
+    Timing
+        The times.
+
+    Raises
+    ------
+    ValueError
+        If ``repeats < 1`` or ``warmup < 0``.
+    TypeError
+        If ``repeats`` or ``warmup`` is not an int.
+    RuntimeError
+        If a CUDA device is named but the caller has not imported PyTorch.
+    """
+    repeats = check_scalar(repeats, "repeats", int, min_val=1)
+    warmup = check_scalar(warmup, "warmup", int, min_val=0)
+    sync = _synchronizer(device)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return Timing(tuple(times), warmup)
+
+
+def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a measurement record.
+
+    Parameters
+    ----------
+    path : path-like
+        A JSON record, or a bare name looked up in ``data/results``.
+
+    Returns
+    -------
+    dict
+        The record: ``name, date, command, hardware, data`` and, where it was known,
+        ``git_commit`` and ``environment``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such file.
+    ValueError
+        If the file is not JSON (a truncated record, say) or not a measurement record; the
+        message names the file.
+    """
+    p = Path(path)
+    if not p.suffix and not p.exists():
+        p = RESULTS_DIR / f"{p}.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"no measurement record at {p}")
+    try:
+        record = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{p} is not valid JSON (truncated or corrupt?): {err}") from None
+    if not isinstance(record, dict):
+        raise ValueError(
+            f"{p} holds a JSON {type(record).__name__}, not a measurement record "
+            f"(an object with {', '.join(_FIELDS)})"
+        )
+    missing = [key for key in _FIELDS if key not in record]
+    if missing:
+        raise ValueError(f"{p} is not a measurement record: missing {missing}")
+    for key in ("hardware", "data"):
+        if not isinstance(record[key], dict):
+            raise ValueError(f"{p}: {key!r} must be a JSON object, got {record[key]!r:.60}")
+    return record
+
+
+def record_kind(record: dict[str, Any]) -> str:
+    """Return the benchmark that wrote a record: its name up to the first ``-``."""
+    return str(record["name"]).split("-")[0]
+
+
+def record_device(record: dict[str, Any]) -> str:
+    """Return ``"cuda"`` or ``"cpu"``: the device the recorded benchmark ran on."""
+    device = record["data"].get("device") or record["hardware"].get("device") or "cpu"
+    return str(device).split(":")[0]
+
+
+def find_records(
+    kind: str | None = None,
+    device: str | None = None,
+    results_dir: str | os.PathLike[str] | None = None,
+    include_smoke: bool = False,
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Read the measurement records in a folder, by file name.
+
+    Parameters
+    ----------
+    kind : str, optional
+        Only records of this benchmark (``"gemm_sweep"``, ``"resnet50_amp"``, ...).
+    device : str, optional
+        Only records made on ``"cuda"`` or on ``"cpu"``.
+    results_dir : path-like, optional
+        The folder (default: ``data/results`` of the checkout).
+    include_smoke : bool, optional
+        Also return tiny smoke-test records (``data["smoke"]`` true); they are left out by
+        default, as they measure nothing.
+
+    Returns
+    -------
+    list of (pathlib.Path, dict)
+        Each record with its path, sorted by file name.
+
+    Raises
+    ------
+    ValueError
+        If a file in the folder is not a measurement record (the message names it).
+    """
+    folder = Path(results_dir) if results_dir is not None else RESULTS_DIR
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        record = load_result(path)
+        if kind is not None and record_kind(record) != kind:
+            continue
+        if device is not None and record_device(record) != device:
+            continue
+        if record["data"].get("smoke") and not include_smoke:
+            continue
+        found.append((path, record))
+    return found
+
+
+def _machine(record: dict[str, Any]) -> str:
+    hw = record["hardware"]
+    if record_device(record) == "cuda" and hw.get("gpus"):
+        gpu = hw["gpus"][0]
+        major, minor = gpu.get("compute_capability", ("?", "?"))
+        return f"{gpu.get('name', '?')} ({gpu.get('architecture', '?')}, sm_{major}{minor})"
+    return f"CPU: {hw.get('cpu', '?')}, {hw.get('cpu_count', '?')} cores"
+
+
+def label(record: dict[str, Any]) -> str:
+    """Title for a recorded figure: ``"RECORDED 2026-01-31 on NVIDIA H100 80GB HBM3 (...)"``.
+
+    Parameters
+    ----------
+    record : dict
+        A record (:func:`load_result`).
+
+    Returns
+    -------
+    str
+        The word RECORDED, the date and the machine, so that a figure drawn from a record is
+        never taken for one measured by the notebook that shows it.
+    """
+    return f"RECORDED {str(record['date'])[:10]} on {_machine(record)}"
+
+
+def provenance(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str, Any]:
+    """Where and how a record was made, as one table row.
+
+    Parameters
+    ----------
+    path : path-like
+        The record's file.
+    record : dict
+        The record (:func:`load_result`).
+
+    Returns
+    -------
+    dict
+        ``record, device, driver, CUDA, torch, date, git commit, command``.
+    """
+    p = Path(path).resolve()
+    shown = str(p.relative_to(_ROOT)) if p.is_relative_to(_ROOT) else p.name
+    hw = record["hardware"]
+    return {
+        "record": shown,
+        "device": _machine(record),
+        "driver": hw.get("driver"),
+        "CUDA": hw.get("cuda"),
+        "torch": record["data"].get("torch") or hw.get("packages", {}).get("torch"),
+        "date": record["date"],
+        "git commit": (record.get("git_commit") or "")[:10],
+        "command": record["command"],
+    }
