@@ -34,7 +34,7 @@ import importlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -68,8 +68,10 @@ def _import_quietly(*names: str) -> list[ModuleType]:
 
 keras, tf = _import_quietly("keras", "tensorflow")
 
-from mptutor import gradients, hardware, scaling  # noqa: E402
-from mptutor.checks import optional_positive  # noqa: E402
+import numpy as np  # noqa: E402
+
+from mptutor import formats, gradients, hardware, scaling  # noqa: E402
+from mptutor.checks import check_scalar, check_type, optional_positive  # noqa: E402
 
 __all__ = [
     "LossScaledStep",
@@ -82,6 +84,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: The smallest normal float32: TensorFlow flushes smaller scales (subnormals) to zero.
+_SMALLEST_NORMAL = 2.0**-126
 
 
 def gpu_available() -> bool:
@@ -167,14 +172,14 @@ def device() -> str:
 
 
 def gradient_stats(grads: Sequence[tf.Tensor | None], fmt: Any = "fp16") -> gradients.GradientStats:
-    """Measure a list of gradients against a format (``None`` entries are left out).
+    """Measure a list of gradients (or one) against a format (``None`` entries are left out).
 
     The TensorFlow side of :func:`mptutor.gradients.gradient_stats`: each gradient is cast to
     float32 (bfloat16 included) and copied to the host, then counted there.
 
     Parameters
     ----------
-    grads : sequence of tf.Tensor or None
+    grads : sequence of tf.Tensor or None, or one tf.Tensor
         As returned by ``tape.gradient``.
     fmt : str or dtype, optional
         A format name or dtype that :func:`mptutor.formats.get` knows (``"fp16"``,
@@ -185,9 +190,34 @@ def gradient_stats(grads: Sequence[tf.Tensor | None], fmt: Any = "fp16") -> grad
     mptutor.gradients.GradientStats
         Counts of zeros, infs/NaNs, values that ``fmt`` would flush or overflow, and the
         exponents.
+
+    Raises
+    ------
+    TypeError
+        If ``grads`` is not a list of tensors and ``None`` (the entry at fault is named).
+    ValueError
+        If ``fmt`` is not a known format.
     """
-    arrays = [tf.cast(g, tf.float32).numpy() for g in grads if g is not None]
-    return gradients.gradient_stats(arrays, fmt)
+    f = formats.get(fmt)
+    if tf.is_tensor(grads) or isinstance(grads, (tf.Variable, np.ndarray)):
+        grads = [grads]  # one gradient
+    elif not isinstance(grads, Iterable) or isinstance(grads, (str, bytes)):
+        raise TypeError(
+            "grads must be a list of gradient tensors (None entries are skipped), as "
+            f"tape.gradient returns it, got {grads!r:.80} of type {type(grads).__name__}"
+        )
+    arrays = []
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        try:  # IndexedSlices (an embedding's gradient) become dense here
+            arrays.append(tf.cast(tf.convert_to_tensor(g), tf.float32).numpy())
+        except (TypeError, ValueError, tf.errors.OpError) as exc:
+            raise TypeError(
+                f"grads[{i}] must be a tensor of numbers or None, got {g!r:.80} of type "
+                f"{type(g).__name__}"
+            ) from exc
+    return gradients.gradient_stats(arrays, f)
 
 
 class LossScaledStep:
@@ -199,18 +229,29 @@ class LossScaledStep:
     ``mixed_float16`` policy the variables, and so the gradients, are float32: master weights
     come for free.
 
+    It does what Keras 3's ``LossScaleOptimizer`` does, step for step (the tests hold it
+    against it): it switches off the optimizer's own ``loss_scale_factor`` (sets it to
+    ``None``, as ``LossScaleOptimizer`` does), and variables marked ``overwrite_with_gradient``
+    (the scales and amax histories of Keras's float8 layers) take their gradient as it is: not
+    divided by the scale, left out of the clipped norm, assigned by the optimizer.
+
+    The default scaler's floor is a scale of 1: after a long run of overflowing batches the
+    scale stays there, those steps are skipped, and training resumes with the first finite
+    batch (``loss_scaler.overflows_at_floor`` counts the overflows at the floor).
+
     Parameters
     ----------
-    model : keras.Model
+    model : keras.Model or keras.Layer
         The model.
     optimizer : keras.optimizers.Optimizer
-        A plain optimizer (not a ``LossScaleOptimizer``: the scaling happens here).
+        A plain Keras 3 optimizer (not a ``LossScaleOptimizer``: the scaling happens here).
     loss_fn : callable
-        ``loss_fn(y_true, y_pred) -> scalar tensor``.
+        ``loss_fn(y_true, y_pred) -> scalar tensor`` (a Keras loss with its default reduction).
     loss_scaler : mptutor.scaling.LossScaler, optional
         Any scaler with the :class:`~mptutor.scaling.LossScaler` protocol; a
         :class:`~mptutor.scaling.DynamicLossScaler` with Keras's defaults (initial scale
-        ``2**15``, growth every 2000 clean steps) when omitted.
+        ``2**15``, growth every 2000 clean steps) and a floor of 1 when omitted. Its scale must
+        stay a normal float32 number, at least ``2**-126``: TensorFlow flushes smaller ones to 0.
     clip_norm : float, optional
         Clip the global norm of the unscaled gradients to this value.
     compile : bool, optional
@@ -219,10 +260,12 @@ class LossScaledStep:
     Raises
     ------
     TypeError
-        If ``optimizer`` is a ``LossScaleOptimizer`` (the loss would be scaled twice).
+        If an argument is not of its kind (a model, a Keras 3 optimizer, a callable, a loss
+        scaler instance, a bool), or ``optimizer`` is a ``LossScaleOptimizer`` (the loss would
+        be scaled twice).
     ValueError
-        If ``clip_norm`` is not a positive finite number or the model has no trainable
-        variables.
+        If ``clip_norm`` is not a positive finite number, or the scaler's ``min_scale`` is below
+        ``2**-126``.
     """
 
     def __init__(
@@ -234,21 +277,36 @@ class LossScaledStep:
         clip_norm: float | None = None,
         compile: bool = True,
     ) -> None:
+        check_type(model, "model", keras.layers.Layer, "a Keras model (keras.Model or a layer)")
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             raise TypeError(
                 "pass the inner optimizer, not a LossScaleOptimizer: LossScaledStep scales the "
                 "loss itself, so the loss would be scaled twice"
             )
-        clip_norm = optional_positive("clip_norm", clip_norm)
+        check_type(optimizer, "optimizer", keras.optimizers.Optimizer, "a Keras 3 optimizer")
+        if not callable(loss_fn):
+            raise TypeError(
+                f"loss_fn must be a callable loss_fn(y_true, y_pred), got {loss_fn!r:.80} of "
+                f"type {type(loss_fn).__name__}"
+            )
+        if loss_scaler is None:
+            loss_scaler = scaling.DynamicLossScaler(init_scale=2.0**15)
+        check_type(loss_scaler, "loss_scaler", scaling.LossScaler, "a loss scaler or None")
+        floor = getattr(loss_scaler, "min_scale", None)
+        if isinstance(floor, float) and floor < _SMALLEST_NORMAL:
+            raise ValueError(
+                f"the loss scaler's min_scale={floor!r} is below 2**-126, the smallest normal "
+                "float32: TensorFlow flushes smaller scales to zero, so every step after the "
+                "scale got there would be skipped. Give the scaler min_scale >= 2**-126 (the "
+                "default, 1.0, is the usual floor)"
+            )
+        self.clip_norm = optional_positive("clip_norm", clip_norm)
+        check_type(compile, "compile", bool, "True or False")
         self.model = model
         self.optimizer = optimizer
+        self.optimizer.loss_scale_factor = None  # as Keras's LossScaleOptimizer does
         self.loss_fn = loss_fn
-        self.loss_scaler: scaling.LossScaler = (
-            loss_scaler
-            if loss_scaler is not None
-            else scaling.DynamicLossScaler(init_scale=2.0**15)
-        )
-        self.clip_norm = clip_norm
+        self.loss_scaler: scaling.LossScaler = loss_scaler
         self._grads = tf.function(self._scaled_grads) if compile else self._scaled_grads
 
     def _scaled_grads(
@@ -259,10 +317,12 @@ class LossScaledStep:
             pred = self.model(x, training=True)
             loss = tf.cast(self.loss_fn(y, pred), tf.float32)
             scaled = loss * scale
-        grads = tape.gradient(scaled, variables)
-        grads = [None if g is None else tf.cast(g, tf.float32) / scale for g in grads]
-        present = [g for g in grads if g is not None]
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in present])
+        grads = [
+            g if g is None or _overwritten(v) else tf.cast(g, tf.float32) / scale
+            for g, v in zip(tape.gradient(scaled, variables), variables, strict=True)
+        ]
+        present = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None]
+        finite = tf.reduce_all(present) if present else tf.constant(True)
         return loss, grads, finite
 
     def __call__(self, x: Any, y: Any) -> tuple[float, bool]:
@@ -283,24 +343,45 @@ class LossScaledStep:
         Raises
         ------
         ValueError
-            If the model has no trainable variables.
+            If the model has no trainable variables, the loss is not a scalar or depends on
+            none of them, or the scaler's scale is not a float32 number in
+            ``[2**-126, FLOAT32_MAX]``. Nothing has changed then: not the weights, not the
+            optimizer, not the scaler.
         """
         if not self.model.trainable_variables:
             if not self.model.built:
                 self.model(x)
             if not self.model.trainable_variables:
                 raise ValueError("the model has no trainable variables")
-        scale = tf.constant(self.loss_scaler.scale, tf.float32)
-        loss, grads, finite = self._grads(x, y, scale)
+        scale = check_scalar(
+            self.loss_scaler.scale,
+            "loss_scaler.scale (TensorFlow flushes float32 numbers below 2**-126 to zero)",
+            min_val=_SMALLEST_NORMAL,
+            max_val=scaling.FLOAT32_MAX,
+        )
+        loss, grads, finite = self._grads(x, y, tf.constant(scale, tf.float32))
+        if loss.shape.rank != 0:
+            raise ValueError(
+                f"loss_fn must return a scalar, the loss of the batch; it returned shape "
+                f"{loss.shape.as_list()}. Reduce it (e.g. keras.ops.mean), or use a Keras loss "
+                "with its default reduction"
+            )
+        variables = self.model.trainable_variables
+        if all(g is None for g in grads):
+            raise ValueError("the loss depends on none of the model's trainable variables")
         took = self.loss_scaler.update(not bool(finite.numpy()))  # the one host read
         if took:
-            pairs = [
-                (g, v)
-                for g, v in zip(grads, self.model.trainable_variables, strict=True)
-                if g is not None
-            ]
+            pairs = [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
             new_grads = [g for g, _ in pairs]
             if self.clip_norm is not None:
-                new_grads, _ = tf.clip_by_global_norm(new_grads, self.clip_norm)
+                stepped = [i for i, (_, v) in enumerate(pairs) if not _overwritten(v)]
+                clipped, _ = tf.clip_by_global_norm([new_grads[i] for i in stepped], self.clip_norm)
+                for i, g in zip(stepped, clipped, strict=True):
+                    new_grads[i] = g
             self.optimizer.apply(new_grads, [v for _, v in pairs])
         return float(loss.numpy()), took
+
+
+def _overwritten(variable: Any) -> bool:
+    """Whether Keras's optimizers assign this variable its gradient (float8 scales, amaxes)."""
+    return bool(getattr(variable, "overwrite_with_gradient", False))

@@ -241,3 +241,96 @@ def test_quiet_import_drops_only_the_tensorflow_notices(tmp_path, monkeypatch, c
 def test_formats_dtype_name_reads_tensorflow_dtypes():
     assert formats.dtype_name(tf.ones(1, tf.bfloat16)) == "bfloat16"
     assert formats.dtype_name(tf.float16) == "float16"
+
+
+# --- long runs of overflows, and bad input refused before anything changes ---------------------
+
+
+def test_training_resumes_after_a_long_run_of_nan_batches():
+    # 250 batches with a NaN input (NaN gradients): the scale falls to the scaler's floor (1 by
+    # default) and stays; every one of those steps is skipped; the first finite batch is taken.
+    model = _model()
+    step = mtf.LossScaledStep(model, keras.optimizers.SGD(0.1), LOSS)
+    assert step(*_batch(0))[1]
+    before = model.get_weights()
+    for t in range(250):
+        assert not step(*_batch(t, poison=np.nan))[1]
+    for a, b in zip(before, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    scaler = step.loss_scaler
+    assert scaler.scale == scaler.min_scale == 1.0 and scaler.overflows_at_floor == 250 - 15
+    assert all(step(*_batch(300 + t))[1] for t in range(3))
+    assert scaler.overflows_at_floor == 0
+    assert not np.array_equal(before[0], model.get_weights()[0])
+
+
+def test_a_scale_that_tensorflow_would_flush_to_zero_is_refused():
+    # TensorFlow flushes float32 subnormals to zero: a scale below 2**-126 would make every
+    # gradient 0 / 0 = NaN and every later step a skipped one.
+    with pytest.raises(ValueError, match="min_scale"):
+        mtf.LossScaledStep(
+            _model(), keras.optimizers.SGD(0.1), LOSS, DynamicLossScaler(1.0, min_scale=2.0**-149)
+        )
+    scaler = _HalvingScaler()
+    scaler._scale = 2.0**-130
+    model = _model()
+    step = mtf.LossScaledStep(model, keras.optimizers.SGD(0.1), LOSS, scaler)
+    before = model.get_weights()
+    with pytest.raises(ValueError, match=r"loss_scaler\.scale"):
+        step(*_batch(0))
+    assert len(scaler.history) == 0
+    for a, b in zip(before, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_vector_loss_is_refused_before_any_update():
+    model = _model()
+    per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    for compile in (True, False):
+        step = mtf.LossScaledStep(model, keras.optimizers.SGD(0.1), per_example, compile=compile)
+        before = model.get_weights()
+        with pytest.raises(ValueError, match="scalar"):
+            step(*_batch(0))
+        for a, b in zip(before, model.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert len(step.loss_scaler.history) == 0
+        assert int(step.optimizer.iterations.numpy()) == 0
+
+
+def test_a_loss_that_ignores_the_model_is_refused_before_any_update():
+    step = mtf.LossScaledStep(_model(), keras.optimizers.SGD(0.1), lambda y, p: tf.constant(1.0))
+    with pytest.raises(ValueError, match="depend"):
+        step(*_batch(0))
+    assert len(step.loss_scaler.history) == 0
+
+
+@pytest.mark.parametrize(
+    ("argument", "bad", "error"),
+    [
+        ("model", None, TypeError),
+        ("model", "abc", TypeError),
+        ("optimizer", "sgd", TypeError),
+        ("optimizer", None, TypeError),
+        ("loss_fn", "mse", TypeError),
+        ("loss_scaler", 128.0, TypeError),
+        ("loss_scaler", "dynamic", TypeError),
+        ("loss_scaler", DynamicLossScaler, TypeError),
+        ("compile", "False", TypeError),
+        ("clip_norm", "1.0", ValueError),
+    ],
+)
+def test_bad_constructor_arguments_name_themselves(argument, bad, error):
+    args = {"model": _model(), "optimizer": keras.optimizers.SGD(0.1), "loss_fn": LOSS}
+    args[argument] = bad
+    with pytest.raises(error, match=argument):
+        mtf.LossScaledStep(**args)
+
+
+def test_gradient_stats_refuses_what_is_not_a_list_of_gradients():
+    with pytest.raises(TypeError, match="grads"):
+        mtf.gradient_stats(None)
+    with pytest.raises(TypeError, match=r"grads\[1\]"):
+        mtf.gradient_stats([tf.ones(2), "abc"])
+    assert mtf.gradient_stats(tf.ones((2, 3))).count == 6  # one tensor is one gradient
+    with pytest.raises(ValueError, match="unknown floating-point format"):
+        mtf.gradient_stats([tf.ones(2)], "fp12")
