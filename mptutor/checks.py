@@ -94,9 +94,12 @@ def check_scalar(
         also = " or None" if allow_none else ""
         got = f"got {value!r} of type {type(value).__name__}"
         raise TypeError(f"{name} must be {what}{also}, {got}")
-    number = int(value) if kind is int else float(value)
+    try:
+        number = int(value) if kind is int else float(value)
+    except OverflowError:  # an int beyond float's range, e.g. 10**400
+        number = math.inf
     if kind is not int and not math.isfinite(number):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise ValueError(f"{name} must be a finite number, got {value!r:.40}")
     low_ok = min_val is None or (
         number >= min_val if include_boundaries in ("both", "left") else number > min_val
     )

@@ -8,6 +8,7 @@ import ast
 import json
 import math
 import sys
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -276,7 +277,7 @@ def _good_state() -> dict:
         (lambda d: d | {"growth_tracker": -1}, r"growth_tracker'\] must be in \[0, 5\), got -1"),
         (lambda d: d | {"growth_tracker": 1.0}, r"growth_tracker'\] must be an int, got 1.0"),
         (lambda d: d | {"min_scale": 2048.0}, "min_scale"),
-        (lambda d: d | {"steps": -1}, r"state_dict\['steps'\] must be in \[0, inf\], got -1"),
+        (lambda d: d | {"steps": -1}, r"state_dict\['steps'\] must be in \[0, \d+\], got -1"),
         (lambda d: d | {"steps": 2}, "history.*inconsistent"),
         (lambda d: d | {"history": [1]}, "history"),
         (
@@ -530,3 +531,63 @@ def test_load_state_dict_checks_overflows_at_floor(change, message):
     with pytest.raises(ValueError, match=message):
         s.load_state_dict(change(_good_state()))
     assert s.state_dict() == before
+
+
+# --- bad input to the rest of the public API ----------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [DynamicLossScaler, StaticLossScaler])
+@pytest.mark.parametrize("bad", ["yes", None, 1])
+def test_state_dict_include_history_must_be_a_bool(cls, bad):
+    with pytest.raises(TypeError, match="include_history must be True or False"):
+        cls(2.0).state_dict(include_history=bad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"first_step": -1}, ValueError, r"first_step must be in \[0, 4611686018427387904\]"),
+        ({"first_step": 1.5}, TypeError, "first_step must be an int, got 1.5"),
+        ({"first_step": 2**70}, ValueError, "first_step must be in"),
+        ({"scales": [1.0, 2.0]}, TypeError, "scales must be an array.array with typecode 'f'"),
+        ({"skipped": array("f", [1.0])}, TypeError, "skipped must be an array.array with"),
+        ({"scales": array("f", [1.0])}, ValueError, "one entry per step, got 1 and 0"),
+    ],
+)
+def test_scale_history_refuses_bad_fields(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        ScaleHistory(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("scale", "skipped", "error", "message"),
+    [
+        (math.nan, False, ValueError, "scale must be a finite number"),
+        (-1.0, False, ValueError, r"scale must be in \(0, inf\)"),
+        ("x", False, TypeError, "scale must be a real number"),
+        (1e39, False, ValueError, "overflows float32"),
+        (1.0, "no", TypeError, "skipped must be True or False, got 'no'"),
+        (1.0, None, TypeError, "skipped must be True or False"),
+    ],
+)
+def test_scale_history_append_refuses_bad_values_and_records_nothing(
+    scale, skipped, error, message
+):
+    history = ScaleHistory()
+    with pytest.raises(error, match=message):
+        history.append(scale, skipped)
+    assert history.steps == 0 and len(history.skipped) == 0
+    history.append(np.float32(2.0), np.bool_(True))
+    assert history.skipped_steps().tolist() == [0]
+
+
+def test_a_huge_step_count_or_integer_scale_is_refused_clearly():
+    s = DynamicLossScaler()
+    with pytest.raises(
+        ValueError, match=r"state_dict\['steps'\] must be in \[0, 4611686018427387904\]"
+    ):
+        s.load_state_dict(s.state_dict() | {"steps": 2**70})
+    with pytest.raises(ValueError, match="init_scale must be a finite number, got 1000000"):
+        DynamicLossScaler(init_scale=10**400)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        StaticLossScaler(10**400)

@@ -12,6 +12,9 @@ import numpy as np
 from mptutor.checks import check_scalar
 from mptutor.scaling._float32 import scale_value
 
+#: Step counts stay within int64, in which :meth:`ScaleHistory.arrays` numbers them.
+_MAX = 2**62
+
 
 @dataclass(repr=False)
 class ScaleHistory:
@@ -42,6 +45,20 @@ class ScaleHistory:
     skipped: array = field(default_factory=lambda: array("B"))
     first_step: int = 0
 
+    def __post_init__(self) -> None:
+        for name, code in (("scales", "f"), ("skipped", "B")):
+            value = getattr(self, name)
+            if not (isinstance(value, array) and value.typecode == code):
+                raise TypeError(
+                    f"{name} must be an array.array with typecode {code!r}, got {value!r:.80}"
+                )
+        if len(self.scales) != len(self.skipped):
+            raise ValueError(
+                f"scales and skipped must have one entry per step, got {len(self.scales)} and "
+                f"{len(self.skipped)}"
+            )
+        self.first_step = check_scalar(self.first_step, "first_step", int, min_val=0, max_val=_MAX)
+
     @property
     def steps(self) -> int:
         """Number of updates made so far, including any before ``first_step``.
@@ -68,10 +85,21 @@ class ScaleHistory:
         Parameters
         ----------
         scale : float
-            The scale used in the step.
+            The scale used in the step, a finite number > 0 (stored in float32).
         skipped : bool
             Whether the optimizer step was skipped.
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``scale`` is not a float32 scale or ``skipped`` not a bool; nothing is recorded.
         """
+        scale = scale_value("scale", scale)
+        if not isinstance(skipped, (bool, np.bool_)):
+            raise TypeError(f"skipped must be True or False, got {skipped!r:.80}")
+        self._add(scale, bool(skipped))
+
+    def _add(self, scale: float, skipped: bool) -> None:
         self.scales.append(scale)
         self.skipped.append(1 if skipped else 0)
 
@@ -117,13 +145,8 @@ class ScaleHistory:
                 "state_dict['history'] must be a dict with keys 'first_step', 'scales', "
                 f"'skipped', got {state!r:.200}"
             )
-        first = check_scalar(
-            state["first_step"],
-            "state_dict['history']['first_step']",
-            int,
-            min_val=0,
-            max_val=steps,
-        )
+        name = "state_dict['history']['first_step']"
+        first = check_scalar(state["first_step"], name, int, min_val=0, max_val=steps)
         for key in ("scales", "skipped"):
             if not isinstance(state[key], (list, tuple, array)):
                 raise ValueError(
@@ -143,5 +166,5 @@ class ScaleHistory:
                     f"state_dict['history']['skipped'][{i}] must be a bool, got {skip!r}"
                 )
             scale = scale_value(f"state_dict['history']['scales'][{i}]", scale)
-            history.append(scale, bool(skip))
+            history._add(scale, bool(skip))
         return history

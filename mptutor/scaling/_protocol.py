@@ -6,8 +6,8 @@ from collections.abc import Iterator, Mapping, Set
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
-from mptutor.checks import check_scalar
-from mptutor.scaling._history import ScaleHistory
+from mptutor.checks import check_scalar, check_type
+from mptutor.scaling._history import _MAX, ScaleHistory
 
 
 def _found_inf(found_inf: Any) -> bool:
@@ -124,10 +124,11 @@ class ScalerBase:
 
     def _record(self, found_inf: Any) -> bool:
         found = _found_inf(found_inf)
-        self._history.append(self._scale, found)
+        self._history._add(self._scale, found)
         return found
 
     def _history_state(self, state: dict[str, Any], include_history: bool) -> dict[str, Any]:
+        check_type(include_history, "include_history", bool, "True or False")
         state["steps"] = self._history.steps
         if include_history:
             state["history"] = self._history._state()
@@ -135,7 +136,7 @@ class ScalerBase:
 
     @staticmethod
     def _load_history(state: Mapping[str, Any]) -> ScaleHistory:
-        steps = check_scalar(state["steps"], "state_dict['steps']", int, min_val=0)
+        steps = check_scalar(state["steps"], "state_dict['steps']", int, min_val=0, max_val=_MAX)
         if "history" in state:
             return ScaleHistory._from_state(state["history"], steps)
         return ScaleHistory(first_step=steps)
