@@ -123,8 +123,9 @@ def test_gradient_stats_and_bad_arguments():
     frozen = gluon.nn.Dense(2, in_units=2)
     frozen.initialize(ctx=CPU)
     frozen.collect_params().setattr("grad_req", "null")
+    trainer = gluon.Trainer(frozen.collect_params(), "sgd")
     with pytest.raises(ValueError, match="no parameter with a gradient"):
-        mmx.LossScaledStep(frozen, None, gluon.loss.L2Loss())
+        mmx.LossScaledStep(frozen, trainer, gluon.loss.L2Loss())
 
 
 def test_default_scaler_is_mxnet_amps_and_any_loss_scaler_is_taken():
@@ -154,3 +155,75 @@ def test_default_scaler_is_mxnet_amps_and_any_loss_scaler_is_taken():
     assert isinstance(own, LossScaler)
     step = mmx.LossScaledStep(net, trainer, gluon.loss.SoftmaxCrossEntropyLoss(), own)
     assert step(*_xy(0))[1] and own.history.steps == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"loss_scaler": 128.0}, TypeError, r"loss_scaler must be None or a LossScaler.*128.0"),
+        ({"loss_scaler": "dynamic"}, TypeError, "loss_scaler must be.*'dynamic' of type str"),
+        ({"loss_scaler": DynamicLossScaler}, TypeError, "the class DynamicLossScaler"),
+        ({"net": None}, TypeError, "net must be an mxnet.gluon.Block, got None"),
+        ({"net": "abc"}, TypeError, "net must be an mxnet.gluon.Block, got 'abc'"),
+        ({"trainer": None}, TypeError, "trainer must be an mxnet.gluon.Trainer, got None"),
+        ({"loss_fn": None}, TypeError, "loss_fn must be a loss, e.g. gluon.loss"),
+        ({"loss_fn": gluon.loss.L2Loss}, TypeError, r"the class L2Loss: pass an instance"),
+        ({"clip_norm": "1"}, ValueError, "clip_norm must be a positive finite number"),
+        ({"trainer": "other"}, ValueError, "the trainer does not hold 4 of the network's"),
+    ],
+)
+def test_bad_constructor_arguments_are_refused_clearly(change, error, message):
+    net, trainer, _ = _scaled_setup()
+    if change.get("trainer") == "other":
+        change = {"trainer": _scaled_setup()[1]}  # the trainer of another network
+    args = {
+        "net": net,
+        "trainer": trainer,
+        "loss_fn": gluon.loss.SoftmaxCrossEntropyLoss(),
+        "loss_scaler": None,
+    } | change
+    with pytest.raises(error, match=message):
+        mmx.LossScaledStep(**args)
+
+
+@pytest.mark.parametrize(
+    ("data", "label", "error", "message"),
+    [
+        (np.ones((5, 6), "float32"), None, TypeError, "data must be an mxnet.nd.NDArray"),
+        (None, None, TypeError, "data must be an mxnet.nd.NDArray, got None"),
+        ("x", "y", TypeError, "data must be an mxnet.nd.NDArray"),
+        ("empty", None, ValueError, r"at least one sample, got shape \(0, 6\)"),
+    ],
+)
+def test_bad_batches_are_refused_before_anything_changes(data, label, error, message):
+    net, _, step = _scaled_setup()
+    before = _weights(net)
+    if isinstance(data, str) and data == "empty":  # MXNet makes one from NumPy, not with ones
+        data = mx.nd.array(np.zeros((0, 6), "float32"), ctx=CPU)
+    if label is None and data is not None:
+        label = _xy(0)[1]
+    with pytest.raises(error, match=message):
+        step(data, label)
+    with pytest.raises(TypeError, match="label must be an mxnet.nd.NDArray, got None"):
+        step(_xy(0)[0], None)
+    assert step.loss_scaler.history.steps == 0
+    for a, b in zip(before, _weights(net), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_default_scaler_has_a_floor_and_a_long_run_of_nan_batches_ends():
+    net, _, step = _scaled_setup(DynamicLossScaler())
+    before = _weights(net)
+    for _ in range(40):  # 16 halvings take 2**16 to the floor of 1; the rest stay there
+        assert step(*_xy(0, poison=np.nan))[1] is False
+    assert step.loss_scaler.scale == 1.0 and step.loss_scaler.overflows_at_floor == 40 - 16
+    for a, b in zip(before, _weights(net), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert step(*_xy(0))[1] is True  # training resumes with the first finite batch
+
+
+def test_gradient_stats_refuses_what_is_not_a_network():
+    with pytest.raises(TypeError, match="net must be an mxnet.gluon.Block, got 'abc'"):
+        mmx.gradient_stats("abc")
+    with pytest.raises(ValueError, match="unknown floating-point format"):
+        mmx.gradient_stats(_scaled_setup()[0], "fp17")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mptutor import gradients
-from mptutor.checks import optional_positive
+from mptutor.checks import check_type, optional_positive
 from mptutor.mxnet._imports import autograd, gluon, mx
 from mptutor.mxnet._networks import params_of
 from mptutor.scaling import DynamicLossScaler, LossScaler
@@ -44,7 +44,15 @@ def gradient_stats(net: gluon.Block, fmt: Any = "fp16") -> gradients.GradientSta
     mptutor.gradients.GradientStats
         Counts of zeros, infs/NaNs, values that ``fmt`` would flush or overflow, and the
         exponents.
+
+    Raises
+    ------
+    TypeError
+        If ``net`` is not a Gluon ``Block``.
+    ValueError
+        If ``fmt`` is not a format :func:`mptutor.formats.get` knows.
     """
+    check_type(net, "net", gluon.Block, "an mxnet.gluon.Block")
     return gradients.gradient_stats([p.grad().asnumpy() for p in _trainable(net)], fmt)
 
 
@@ -83,9 +91,13 @@ class LossScaledStep:
 
     Raises
     ------
+    TypeError
+        If ``net`` is not a Gluon ``Block``, ``trainer`` not a ``Trainer``, ``loss_fn`` not
+        callable, or ``loss_scaler`` not a loss scaler (a number is not: pass
+        ``StaticLossScaler(128.0)``).
     ValueError
-        If ``clip_norm`` is not a positive finite number, or the network has no parameter
-        with a gradient.
+        If ``clip_norm`` is not a positive finite number, the network has no parameter
+        with a gradient, or the trainer does not hold all of them.
     """
 
     def __init__(
@@ -96,16 +108,33 @@ class LossScaledStep:
         loss_scaler: LossScaler | None = None,
         clip_norm: float | None = None,
     ) -> None:
+        check_type(net, "net", gluon.Block, "an mxnet.gluon.Block")
+        check_type(trainer, "trainer", gluon.Trainer, "an mxnet.gluon.Trainer")
+        if isinstance(loss_fn, type) or not callable(loss_fn):
+            check_type(loss_fn, "loss_fn", (), "a loss, e.g. gluon.loss.SoftmaxCrossEntropyLoss()")
+        if loss_scaler is None:
+            loss_scaler = DynamicLossScaler()
+        check_type(
+            loss_scaler,
+            "loss_scaler",
+            LossScaler,
+            "None or a LossScaler such as DynamicLossScaler() or StaticLossScaler(128.0)",
+        )
         clip_norm = optional_positive("clip_norm", clip_norm)
         self.params = _trainable(net)
         if not self.params:
             raise ValueError("the network has no parameter with a gradient (grad_req != 'null')")
+        held = {id(p) for p in trainer._params}
+        missing = [p.name for p in self.params if id(p) not in held]
+        if missing:
+            raise ValueError(
+                f"the trainer does not hold {len(missing)} of the network's parameters "
+                f"({', '.join(missing[:3])}...): build it from net.collect_params()"
+            )
         self.net = net
         self.trainer = trainer
         self.loss_fn = loss_fn
-        self.loss_scaler: LossScaler = (
-            loss_scaler if loss_scaler is not None else DynamicLossScaler()
-        )
+        self.loss_scaler: LossScaler = loss_scaler
         self.clip_norm = clip_norm
 
     def __call__(self, data: Any, label: Any) -> tuple[float, bool]:
@@ -122,7 +151,20 @@ class LossScaledStep:
             The mean unscaled loss of the batch.
         took : bool
             Whether the update was applied (``False``: inf/NaN found, step skipped).
+
+        Raises
+        ------
+        TypeError
+            If ``data`` or ``label`` is not an ``mxnet.nd.NDArray``.
+        ValueError
+            If the batch is empty.
         """
+        check_type(data, "data", mx.nd.NDArray, "an mxnet.nd.NDArray")
+        check_type(label, "label", mx.nd.NDArray, "an mxnet.nd.NDArray")
+        if not data.shape or data.shape[0] == 0:
+            raise ValueError(
+                f"data must hold a batch of at least one sample, got shape {data.shape}"
+            )
         scale = self.loss_scaler.scale
         batch_size = data.shape[0]
         with autograd.record():
