@@ -11,7 +11,9 @@ notebooks of several tracks, run by several environments, land side by side. ``-
 adds this run's results to the ``summary.json``/``summary.txt`` already in the output folder
 (a later run of the same notebook replaces its line) instead of starting a new summary.
 
-A notebook that fails is reported, the others still run, and the exit status is 1. In
+A notebook that fails is reported, the others still run, and the exit status is 1: a failing
+cell, a cell over ``--timeout``, a kernel that dies, a kernel that is not installed, a file
+that is not a notebook are each recorded with the reason, and the summary is written. In
 ``--in-place`` mode a failed notebook is left as it was: its committed file is never replaced
 by a half-run copy.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from mptutor import hardware
 from mptutor.atomic import write_text
+from mptutor.checks import check_scalar
 from mptutor.table import Table
 
 __all__ = ["NotebookResult", "find_notebooks", "execute_notebook", "run_all", "main"]
@@ -115,36 +118,58 @@ def execute_notebook(
         Where to write the executed copy (and HTML), in a sub-folder named like the notebook's
         own folder; ``None`` replaces ``path`` itself, but only when every cell succeeded.
     timeout : int, optional
-        Seconds allowed per cell.
+        Seconds allowed per cell, at least 1.
     html : bool, optional
         Also write an HTML rendering next to the executed copy (ignored in place).
 
     Returns
     -------
     NotebookResult
-        What happened.
+        What happened. A notebook that cannot run (not a notebook file, a kernel that is not
+        installed, a kernel that dies) is a failed result whose ``error`` says why.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``timeout`` is not a positive int.
     """
     import nbformat
+    from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    nb = nbformat.read(path, as_version=4)
+    timeout = check_scalar(timeout, "timeout (seconds allowed per cell)", int, min_val=1)
+    path = Path(path)
+    start = time.perf_counter()
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError, AttributeError) as exc:  # NotJSONError is a ValueError
+        return _failed(path, start, f"{path} is not a readable notebook: {exc}")
+    kernel = nb.metadata.get("kernelspec", {}).get("name", "python3")
     client = NotebookClient(
         nb,
         timeout=timeout,
-        kernel_name=nb.metadata.get("kernelspec", {}).get("name", "python3"),
+        kernel_name=kernel,
         # The kernel's own log (e.g. a note on its local TCP sockets) is not the notebook's
         # output; keep the run's console to notebook progress and errors.
         extra_arguments=["--log-level=ERROR"],
         resources={"metadata": {"path": str(path.parent.resolve())}},
     )
-    start = time.perf_counter()
     error = ""
     try:
         client.execute()
     except (CellExecutionError, CellTimeoutError) as exc:
         lines = [line for line in str(exc).strip().splitlines() if line.strip()]
         error = lines[-1] if lines else type(exc).__name__
+    except DeadKernelError as exc:
+        error = f"DeadKernelError: {exc} (the kernel process exited, e.g. out of memory)"
+    except NoSuchKernel:
+        return _failed(
+            path,
+            start,
+            f"NoSuchKernel: the notebook asks for kernel {kernel!r}, which is not installed "
+            "(jupyter kernelspec list); install it or change metadata.kernelspec.name",
+        )
     seconds = time.perf_counter() - start
     ok = not error
     written: list[str] = []
@@ -163,13 +188,23 @@ def execute_notebook(
             page = target.with_suffix(".html")
             write_text(page, body)
             written.append(str(page))
+    return NotebookResult(_name(path), ok, round(seconds, 1), _device(), error, written)
+
+
+def _name(path: Path) -> str:
+    """Name a notebook by its folder and file name, as results and executed copies do."""
+    return f"{path.parent.name}/{path.name}"
+
+
+def _device() -> str:
+    """Describe the hardware in one line."""
+    return hardware.report().summary()
+
+
+def _failed(path: Path, start: float, error: str) -> NotebookResult:
+    """Record a notebook that could not run at all."""
     return NotebookResult(
-        notebook=f"{path.parent.name}/{path.name}",
-        ok=ok,
-        seconds=round(seconds, 1),
-        device=hardware.report().summary(),
-        error=error,
-        outputs=written,
+        _name(path), False, round(time.perf_counter() - start, 1), _device(), error, []
     )
 
 
@@ -215,7 +250,7 @@ def run_all(
     out_dir : path-like or None, optional
         Output folder; ``None`` executes in place.
     timeout : int, optional
-        Seconds allowed per cell.
+        Seconds allowed per cell, at least 1.
     html : bool, optional
         Also write HTML renderings.
     append : bool, optional
@@ -225,15 +260,34 @@ def run_all(
     Returns
     -------
     list of NotebookResult
-        One per notebook, in order.
+        One per notebook, in order; a notebook that could not run at all is a failed result
+        with the reason, and the others still run.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        If a path is not a notebook or a folder of notebooks (see :func:`find_notebooks`).
+    NotADirectoryError
+        If ``out_dir`` is a file. These are checked before any notebook runs.
+    TypeError, ValueError
+        If ``timeout`` is not a positive int.
     """
+    timeout = check_scalar(timeout, "timeout (seconds allowed per cell)", int, min_val=1)
     notebooks = find_notebooks(paths)
     out = None if out_dir is None else Path(out_dir)
-    print(hardware.report().summary(), flush=True)
+    if out is not None:
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(f"the output folder {out} is a file; choose a folder")
+        out.mkdir(parents=True, exist_ok=True)
+    print(_device(), flush=True)
     results = []
     for i, nb_path in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {nb_path.name} ...", end=" ", flush=True)
-        result = execute_notebook(nb_path, out, timeout=timeout, html=html)
+        start = time.perf_counter()
+        try:
+            result = execute_notebook(nb_path, out, timeout=timeout, html=html)
+        except Exception as exc:  # noqa: BLE001 - one notebook must not stop the others
+            result = _failed(nb_path, start, f"{type(exc).__name__}: {exc}")
         print(f"{'pass' if result.ok else 'FAIL'} in {result.seconds:.1f} s", flush=True)
         if result.error:
             print(f"    {result.error}", flush=True)
@@ -274,6 +328,17 @@ def _previous_runs(path: Path) -> list[dict]:
     return runs
 
 
+def _seconds(text: str) -> int:
+    """Parse ``--timeout``: a whole number of seconds, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of seconds >= 1, got {text!r}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point.
 
@@ -285,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 when every notebook passed, 1 otherwise, 2 for bad arguments.
+        0 when every notebook passed, 1 otherwise, 2 for bad arguments (a bad path, an output
+        folder that is a file, a timeout below 1 s), found before any notebook runs.
     """
     parser = argparse.ArgumentParser(
         prog="python -m mptutor.notebooks",
@@ -297,7 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     where.add_argument(
         "--in-place", action="store_true", help="overwrite each notebook with its executed copy"
     )
-    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    parser.add_argument(
+        "--timeout", type=_seconds, default=1800, help="seconds allowed per cell (default: 1800)"
+    )
     parser.add_argument("--no-html", action="store_true", help="skip the HTML renderings")
     parser.add_argument(
         "--append", action="store_true", help="add to the summary already in the output folder"
@@ -313,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             html=not args.no_html,
             append=args.append,
         )
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a bad path or output folder: nothing has run
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0 if all(r.ok for r in results) else 1

@@ -92,3 +92,50 @@ def test_bad_paths_are_refused(tmp_path, name, capsys):
     (tmp_path / "notes.txt").write_text("not a notebook")
     assert notebooks.main([str(tmp_path / name)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_a_broken_notebook_is_recorded_and_the_rest_still_run(tmp_path, capsys):
+    # A kernel that dies, a kernel that does not exist, a file that is not JSON: each is a
+    # failed notebook with its reason; the good one after them runs and the summary is written.
+    src = tmp_path / "nbs"
+    src.mkdir()
+    _notebook(src / "01-dies.ipynb", "import os\nos._exit(1)")
+    missing = _notebook(src / "02-no-kernel.ipynb", "1 + 1")
+    nb = nbformat.read(missing, as_version=4)
+    nb.metadata["kernelspec"]["name"] = "no-such-kernel-for-mptutor-tests"
+    nbformat.write(nb, missing)
+    (src / "03-not-json.ipynb").write_text("{ this is not JSON")
+    _notebook(src / "04-ok.ipynb", "6 * 7")
+    out = tmp_path / "build"
+    assert notebooks.main([str(src), "--out", str(out), "--no-html"]) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    entries = {n["notebook"]: n for n in summary["notebooks"]}
+    assert [n["ok"] for n in summary["notebooks"]] == [False, False, False, True]
+    assert "DeadKernelError" in entries["nbs/01-dies.ipynb"]["error"]
+    assert "no-such-kernel-for-mptutor-tests" in entries["nbs/02-no-kernel.ipynb"]["error"]
+    assert "03-not-json.ipynb" in entries["nbs/03-not-json.ipynb"]["error"]
+    assert (out / "nbs" / "04-ok.ipynb").exists()
+    assert "FAIL" in (out / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "ten"])
+def test_timeout_must_be_a_positive_number_of_seconds(tmp_path, timeout, capsys):
+    nb = _notebook(tmp_path / "x.ipynb", "1")
+    with pytest.raises(SystemExit) as exc:
+        notebooks.main([str(nb), f"--timeout={timeout}"])
+    assert exc.value.code == 2
+    assert "--timeout" in capsys.readouterr().err
+    with pytest.raises((TypeError, ValueError), match="timeout"):
+        notebooks.run_all([nb], out_dir=tmp_path / "out", timeout=0)
+
+
+def test_out_pointing_at_a_file_fails_before_any_notebook_runs(tmp_path, capsys):
+    nb = _notebook(tmp_path / "x.ipynb", "open('ran.txt', 'w').close()")
+    taken = tmp_path / "build"
+    taken.write_text("a file")
+    assert notebooks.main([str(nb), "--out", str(taken)]) == 2
+    assert "build" in capsys.readouterr().err
+    assert not (tmp_path / "ran.txt").exists() and taken.read_text() == "a file"
+    with pytest.raises(NotADirectoryError, match="build"):
+        notebooks.run_all([nb], out_dir=taken)
+    assert not (tmp_path / "ran.txt").exists()
