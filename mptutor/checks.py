@@ -86,13 +86,17 @@ def check_scalar(
         raise ValueError(
             f"include_boundaries must be one of {_BOUNDARIES}, got {include_boundaries!r}"
         )
+    if any(b is not None and b != b for b in (min_val, max_val)) or (
+        min_val is not None and max_val is not None and min_val > max_val
+    ):
+        raise ValueError(f"min_val={min_val!r} and max_val={max_val!r} admit no value")
     if value is None and allow_none:
         return None
     wanted = numbers.Integral if kind is int else numbers.Real
     if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, wanted):
         what = "an int" if kind is int else "a real number"
         also = " or None" if allow_none else ""
-        got = f"got {value!r} of type {type(value).__name__}"
+        got = f"got {value!r:.60} of type {type(value).__name__}"
         raise TypeError(f"{name} must be {what}{also}, {got}")
     try:
         number = int(value) if kind is int else float(value)
@@ -108,7 +112,7 @@ def check_scalar(
     )
     if not (low_ok and high_ok):
         interval = _interval(min_val, max_val, include_boundaries)
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+        raise ValueError(f"{name} must be in {interval}, got {value!r:.60}")
     return number
 
 
@@ -143,7 +147,8 @@ def check_type(value: Any, name: str, types: type | tuple[type, ...], accepted: 
     ...
     TypeError: flat_master must be True or False, got 'False' of type str
     """
-    if isinstance(value, type):  # a class passes a protocol's isinstance: ask for an instance
+    classes = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, type) and type not in classes:  # a protocol's isinstance passes it
         raise TypeError(
             f"{name} must be {accepted}, got the class {value.__name__}: pass an instance, "
             f"e.g. {value.__name__}()"
@@ -181,5 +186,5 @@ def optional_positive(name: str, value: Any) -> float | None:
         )
     except (TypeError, ValueError):
         raise ValueError(
-            f"{name} must be a positive finite number or None, got {value!r}"
+            f"{name} must be a positive finite number or None, got {value!r:.60}"
         ) from None

@@ -76,3 +76,26 @@ def test_check_scalar_refuses_an_int_beyond_the_float_range():
     with pytest.raises(ValueError, match="scale must be a finite number, got 1000000000"):
         check_scalar(10**400, "scale")
     assert check_scalar(10**400, "count", int) == 10**400  # an int is an int
+
+
+@pytest.mark.parametrize(
+    "bounds", [{"min_val": 10, "max_val": 1}, {"min_val": float("nan")}, {"max_val": float("nan")}]
+)
+def test_check_scalar_refuses_bounds_that_admit_no_value(bounds):
+    with pytest.raises(ValueError, match="admit no value"):
+        check_scalar(5, "x", **bounds)
+
+
+def test_messages_cut_a_huge_value_short():
+    for check in (
+        lambda: check_scalar(10**400, "n", int, max_val=10),
+        lambda: optional_positive("x", 10**400),
+        lambda: check_scalar("9" * 400, "x"),
+    ):
+        with pytest.raises((TypeError, ValueError)) as info:
+            check()
+        assert len(str(info.value)) < 200
+
+
+def test_check_type_accepts_a_class_where_classes_are_asked_for():
+    assert check_type(int, "kind", type, "a class") is int

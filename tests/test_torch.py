@@ -656,6 +656,13 @@ def test_a_corrupt_checkpoint_names_the_file(tmp_path):
         path.write_bytes(content)
         with pytest.raises(ValueError, match=f"{name} is not a readable checkpoint"):
             opt.load(path)
+    for method in (opt.load, opt.save):
+        with pytest.raises(TypeError, match="path must be a str or path-like file name, got None"):
+            method(None)
+    with pytest.raises(IsADirectoryError, match="is a directory: give a file name"):
+        opt.save(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        opt.load(tmp_path)
     wrong = tmp_path / "wrong.pt"
     torch.save({"master_params": []}, wrong)
     with pytest.raises(ValueError, match="checkpoint .*wrong.pt: not a MasterWeightOptimizer"):

@@ -634,7 +634,17 @@ class MasterWeightOptimizer:
         ----------
         path : path-like
             Destination file.
+
+        Raises
+        ------
+        TypeError
+            If ``path`` is not a ``str`` or path-like.
+        IsADirectoryError
+            If ``path`` is a directory.
         """
+        check_type(path, "path", (str, os.PathLike), "a str or path-like file name")
+        if Path(path).is_dir():
+            raise IsADirectoryError(f"{path} is a directory: give a file name, e.g. {path}/ckpt.pt")
         with atomic_path(path) as tmp:
             torch.save(self.state_dict(), tmp)
 
@@ -648,12 +658,15 @@ class MasterWeightOptimizer:
 
         Raises
         ------
+        TypeError
+            If ``path`` is not a ``str`` or path-like.
         FileNotFoundError
             If there is no such file.
         ValueError
             If it is not a readable checkpoint, or does not fit this optimizer (see
             :meth:`load_state_dict`); the message names the file.
         """
+        check_type(path, "path", (str, os.PathLike), "a str or path-like file name")
         if not Path(path).is_file():
             raise FileNotFoundError(f"no checkpoint at {path}")
         device = self.master_params[0].device
