@@ -484,9 +484,8 @@ class MasterWeightOptimizer:
             )
         for opt in optimizers:
             opt._unscale(1.0 / scale)
-        flags = [o._found_inf for o in optimizers]
-        device = flags[0].device
-        found = torch.cat([f.to(device) for f in flags]).tolist()  # the one host sync
+        flags = [o._found_inf.to(optimizers[0]._found_inf.device) for o in optimizers]
+        found = (flags[0] if len(flags) == 1 else torch.cat(flags)).tolist()  # one host sync
         took = scaler.update(any(found))
         takes = [not f and (took or any(found)) for f in found]
         for opt, take in zip(optimizers, takes, strict=True):
