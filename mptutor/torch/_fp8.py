@@ -14,9 +14,7 @@ from mptutor.checks import check_scalar
 __all__ = ["FP8Linear", "to_fp8"]
 
 _DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-_SCALINGS = ("none", "current", "delayed")
-_ALGOS = ("max", "most_recent")
-_ROLES = ("input", "weight", "grad")
+_SCALINGS, _ALGOS = ("none", "current", "delayed"), ("max", "most_recent")
 _FP32_MAX = torch.finfo(torch.float32).max
 
 
@@ -31,36 +29,47 @@ def _amax(t: torch.Tensor) -> torch.Tensor:
     return t.detach().abs().amax().float()
 
 
-def _mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, out_dtype):
+def _from_amax(amax: torch.Tensor, big: float, previous: torch.Tensor | float) -> torch.Tensor:
+    """Return ``big / amax``, or ``previous`` where amax is 0 or not finite (on the device)."""
+    ok = torch.isfinite(amax) & (amax > 0)
+    quotient = torch.full_like(amax, big) / amax  # (big / amax is reciprocal, then product)
+    return torch.where(ok, quotient.clamp(max=_FP32_MAX), previous)
+
+
+def _mm(a, b, sa, sb, dtype: torch.dtype, fast: bool = False) -> torch.Tensor:
     """Return ``(a / sa) @ (b / sb).T`` through ``torch._scaled_mm`` (b.T is column-major)."""
     return torch._scaled_mm(
-        a, b.t(), scale_a=sa.reciprocal(), scale_b=sb.reciprocal(), out_dtype=out_dtype
-    )
+        a, b.t(), scale_a=sa.reciprocal(), scale_b=sb.reciprocal(), out_dtype=dtype,
+        use_fast_accum=fast,
+    )  # fmt: skip
 
 
 class _FP8Matmul(torch.autograd.Function):
     """``x @ w.T`` with both operands in E4M3; gradients with the output gradient in FP8."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, layer: FP8Linear) -> torch.Tensor:
-        sx, sw = layer._scale("input", x), layer._scale("weight", w)
+    def forward(ctx: Any, x, w, sx, sw, sg, grad_amax, layer: FP8Linear) -> torch.Tensor:
         xq, wq = _cast(x, sx, torch.float8_e4m3fn), _cast(w, sw, torch.float8_e4m3fn)
-        ctx.save_for_backward(xq, wq, sx, sw)
-        ctx.layer, ctx.out_dtype, ctx.w_dtype = layer, x.dtype, w.dtype
-        return _mm(xq, wq, sx, sw, x.dtype)
+        ctx.save_for_backward(xq, wq, sx, sw, sg)
+        ctx.grad_amax, ctx.layer, ctx.x_dtype, ctx.w_dtype = grad_amax, layer, x.dtype, w.dtype
+        kind = x.device.type  # under autocast the output takes autocast's dtype, as nn.Linear's
+        out = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+        return _mm(xq, wq, sx, sw, out, layer.fast_accum)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, None]:
-        xq, wq, sx, sw = ctx.saved_tensors
-        layer = ctx.layer
-        grad = grad.contiguous()
-        sg = layer._scale("grad", grad)
-        gq = _cast(grad, sg, _DTYPES[layer.grad_format])
-        # dx = g @ w: w's transpose, laid out column-major; dw = g.T @ x, likewise.
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        xq, wq, sx, sw, sg = ctx.saved_tensors
+        grad, dtype = grad.contiguous(), _DTYPES[ctx.layer.grad_format]
+        if ctx.layer.scaling == "current":
+            sg = _from_amax(_amax(grad), ctx.layer._big("grad"), 1.0)
+        elif ctx.layer.scaling == "delayed" and ctx.grad_amax is not None:
+            ctx.grad_amax.copy_(_amax(grad))  # joins the window at the next training forward
+        gq = _cast(grad, sg, dtype)
+        # dx = g @ w and dw = g.T @ x, each second operand laid out column-major
         need_x = ctx.needs_input_grad[0]
-        grad_x = _mm(gq, wq.t().contiguous(), sg, sw, ctx.out_dtype) if need_x else None
+        grad_x = _mm(gq, wq.t().contiguous(), sg, sw, ctx.x_dtype) if need_x else None
         grad_w = _mm(gq.t().contiguous(), xq.t().contiguous(), sg, sx, ctx.w_dtype)
-        return grad_x, grad_w, None
+        return grad_x, grad_w, None, None, None, None, None
 
 
 class FP8Linear(nn.Linear):
@@ -69,14 +78,16 @@ class FP8Linear(nn.Linear):
     The forward pass casts the input and the weight (the FP32 master copy stays as it is) to
     E4M3, each with its own per-tensor scale; the backward pass casts the output gradient to
     ``grad_format`` (E5M2 by default: the hybrid recipe) and computes both gradients from the
-    saved FP8 operands. Casts saturate at the format's largest value. The scales (``*_scale``
-    buffers, quantize with ``x * scale``) follow ``scaling``:
+    saved FP8 operands. Casts saturate at the format's largest value. The scales (quantize with
+    ``x * scale``) follow ``scaling``:
 
     - ``"none"``: scale 1, the tensor cast as it is;
     - ``"current"``: ``max / amax`` of the tensor being cast (a full pass over it first);
-    - ``"delayed"``: :class:`mptutor.fp8.DelayedScaling` on the device, without a host sync:
-      the scale comes from a window of the last ``history_len`` amaxes (``*_amax_history``,
-      newest last) of the steps before, and each training step's amax joins it after its cast.
+    - ``"delayed"``: :class:`mptutor.fp8.DelayedScaling` kept on the device (no host sync) in
+      the buffers ``<role>_scale`` and ``<role>_amax_history`` (newest last), roles ``input``,
+      ``weight`` and ``grad``: a step casts with the scale from the amaxes of the steps before.
+      A training forward records the input's and weight's amaxes after their casts; the output
+      gradient's amax joins its window at the next training forward.
 
     Parameters
     ----------
@@ -95,24 +106,18 @@ class FP8Linear(nn.Linear):
         Powers of two of headroom: ``scale = max / amax / 2**margin``.
     grad_format : {"fp8_e5m2", "fp8_e4m3"}, optional
         The output gradient's format.
+    fast_accum : bool, optional
+        ``use_fast_accum`` of ``torch._scaled_mm`` for the forward product only.
     device, dtype : optional
         For the parameters, as for :class:`torch.nn.Linear`.
     """
 
     def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        *,
-        scaling: str = "delayed",
-        history_len: int = 16,
-        algo: str = "max",
-        margin: int = 0,
-        grad_format: Any = "fp8_e5m2",
-        device: Any = None,
+        self, in_features: int, out_features: int, bias: bool = True, *,
+        scaling: str = "delayed", history_len: int = 16, algo: str = "max", margin: int = 0,
+        grad_format: Any = "fp8_e5m2", fast_accum: bool = False, device: Any = None,
         dtype: Any = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         for name, value, allowed in (("scaling", scaling, _SCALINGS), ("algo", algo, _ALGOS)):
             if value not in allowed:
@@ -124,41 +129,55 @@ class FP8Linear(nn.Linear):
         if grad_name not in _DTYPES:
             raise ValueError(f"grad_format must be fp8_e5m2 or fp8_e4m3, got {grad_format!r}")
         history_len = check_scalar(history_len, "history_len", int, min_val=1)
-        margin = check_scalar(margin, "margin", int, min_val=0)
-        self.scaling, self.algo, self.margin, self.grad_format = scaling, algo, margin, grad_name
-        for role in _ROLES:
+        self.margin = check_scalar(margin, "margin", int, min_val=0)
+        self.scaling, self.algo, self.grad_format = scaling, algo, grad_name
+        self.fast_accum = bool(fast_accum)
+        for role in ("input", "weight", "grad"):
             self.register_buffer(f"{role}_scale", torch.ones((), device=device))
             self.register_buffer(f"{role}_amax_history", torch.zeros(history_len, device=device))
+        self.register_buffer("grad_amax", torch.zeros((), device=device))  # not yet in window
 
-    def _scale(self, role: str, t: torch.Tensor) -> torch.Tensor:
-        """Return the scale to cast ``t`` with, updating the delayed-scaling state in training."""
+    def _big(self, role: str) -> float:
+        """Return the largest value of the role's format over ``2**margin``."""
         fmt = self.grad_format if role == "grad" else "fp8_e4m3"
-        big = torch.finfo(_DTYPES[fmt]).max / 2.0**self.margin
-        if self.scaling == "none":
-            return torch.ones((), device=t.device)
-        if self.scaling == "current":
-            amax = _amax(t)
-            ok = torch.isfinite(amax) & (amax > 0)
-            return torch.where(ok, (big / amax).clamp(max=_FP32_MAX), 1.0)
-        scale = getattr(self, f"{role}_scale")
-        used = scale.clone()
-        if self.training:
-            self._record(role, _amax(t), big)
-        return used
+        return torch.finfo(_DTYPES[fmt]).max / 2.0**self.margin
 
     @torch.no_grad()
-    def _record(self, role: str, amax: torch.Tensor, big: float) -> None:
+    def _record(self, role: str, amax: torch.Tensor) -> None:
         """Put ``amax`` into the window (unless 0 or not finite) and compute the next scale."""
         history, scale = getattr(self, f"{role}_amax_history"), getattr(self, f"{role}_scale")
         ok = torch.isfinite(amax) & (amax > 0)
-        history.copy_(torch.where(ok, torch.cat([history[1:], amax.view(1)]), history))
+        history = torch.where(ok, torch.cat([history[1:], amax.view(1)]), history)
         window = history.max() if self.algo == "max" else history[-1]
-        fresh = (big / window).clamp(max=_FP32_MAX)
-        scale.copy_(torch.where(ok & (window > 0), fresh, scale))
+        scale = torch.where(ok, _from_amax(window, self._big(role), scale), scale)
+        # new tensors, not in-place updates: a tensor saved for backward keeps its value
+        setattr(self, f"{role}_amax_history", history)
+        setattr(self, f"{role}_scale", scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer: ``x @ weight.T + bias`` with the product in FP8."""
-        out = _FP8Matmul.apply(x.reshape(-1, self.in_features), self.weight, self)
+        x2, w, one = x.reshape(-1, self.in_features), self.weight, torch.ones((), device=x.device)
+        delayed, pending = self.scaling == "delayed", None
+        if self.scaling == "current":
+            sx = _from_amax(_amax(x2), self._big("input"), 1.0)
+            sw = _from_amax(_amax(w), self._big("weight"), 1.0)
+            sg = one
+        elif delayed:
+            if self.training:  # the gradient amax of the step before joins its window
+                self._record("grad", self.grad_amax)
+                self.grad_amax.zero_()
+                pending = self.grad_amax
+            sx, sw, sg = (
+                self.input_scale.clone(),
+                self.weight_scale.clone(),
+                self.grad_scale.clone(),
+            )
+        else:
+            sx = sw = sg = one
+        out = _FP8Matmul.apply(x2, w, sx, sw, sg, pending, self)
+        if delayed and self.training:
+            self._record("input", _amax(x2))
+            self._record("weight", _amax(w))
         out = out.reshape(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias.to(out.dtype)
 
@@ -182,8 +201,7 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
     model : torch.nn.Module
         The model.
     skip : collection of str, optional
-        Qualified names of linear layers to keep as they are (``"head"``, ``"blocks.0.fc1"``);
-        each must name a linear layer of the model.
+        Qualified names of linear layers to keep as they are (``"head"``, ``"blocks.0.fc1"``).
     **options
         Passed to :class:`FP8Linear` (``scaling``, ``history_len``, ``grad_format``, ...).
 
@@ -193,21 +211,16 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
         ``model`` itself.
     """
     linear = {n for n, m in model.named_modules() if type(m) is nn.Linear}
-    unknown = set(skip) - linear
-    if unknown:
-        raise ValueError(f"skip names no linear layer of the model: {sorted(unknown)}")
+    if set(skip) - linear:
+        raise ValueError(f"skip names no linear layer of the model: {sorted(set(skip) - linear)}")
     for name in sorted(linear - set(skip)):
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name)
         old = getattr(parent, child)
         new = FP8Linear(
-            old.in_features,
-            old.out_features,
-            old.bias is not None,
-            device=old.weight.device,
-            dtype=old.weight.dtype,
-            **options,
-        )
+            old.in_features, old.out_features, old.bias is not None, device=old.weight.device,
+            dtype=old.weight.dtype, **options,
+        )  # fmt: skip
         new.weight, new.bias = old.weight, old.bias
         setattr(parent, child, new)
     return model

@@ -1,0 +1,194 @@
+"""Training step time of transformer blocks: FP8 linear layers against BF16 autocast.
+
+Both variants train the same stack of pre-norm transformer blocks (LayerNorm, a QKV projection,
+causal scaled-dot-product attention, an output projection, LayerNorm, an MLP of 4x the width
+with GELU) from FP32 master weights with AdamW, under ``torch.autocast(dtype=torch.bfloat16)``:
+
+- ``bf16``: autocast as it is, every matrix product in BF16;
+- ``fp8``: every ``nn.Linear`` replaced by ``mptutor.torch.FP8Linear`` (``to_fp8``): input and
+  weight in E4M3, the output gradient in E5M2, delayed scaling (amax window of
+  --history-len), products through ``torch._scaled_mm``; attention, LayerNorm and GELU stay as
+  autocast runs them.
+
+Timing: for each width the two variants alternate in rounds, so that drift of the machine hits
+both alike; each timed step (forward, backward, optimizer) is bracketed by device syncs.
+With --compile both models go through ``torch.compile`` (the FP8 casts and amax reductions
+fuse); "both" (the default on a GPU) measures eager and compiled. The record holds every
+step's time, the median per variant and the speed-up (BF16 step time / FP8 step time) per
+width, and the first losses of both (the FP8 run must stay finite).
+
+Usage::
+
+    python benchmarks/fp8_step.py --out DIR              # GPU: widths 2048 and 4096, record
+    python benchmarks/fp8_step.py --smoke --out DIR      # tiny CPU run that checks the path
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets beside this file
+
+import records  # noqa: E402
+import targets  # noqa: E402
+
+from mptutor import bench, hardware  # noqa: E402
+from mptutor import torch as mpt  # noqa: E402
+from mptutor import torch_perf as tp  # noqa: E402
+
+VARIANTS = ("bf16", "fp8")
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: causal self-attention, then an MLP of 4x the width."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        qkv = self.qkv(self.norm1(x)).view(batch, seq, 3, self.heads, width // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(batch, seq, width))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+def build(variant: str, width: int, args: argparse.Namespace, device: torch.device):
+    """Return a model of ``args.layers`` blocks for one variant, its optimizer and step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[Block(width, args.heads) for _ in range(args.layers)]).to(device)
+    if variant == "fp8":
+        mpt.to_fp8(model, scaling="delayed", history_len=args.history_len)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    forward = torch.compile(model) if args.compiled else model
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = forward(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return model, step
+
+
+def measure(width: int, args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """Time both variants at one width; one row per variant."""
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(args.batch, args.seq, width, generator=gen).to(device)
+    steps = {v: build(v, width, args, device)[1] for v in VARIANTS}
+    losses = {v: [float(steps[v](x)) for _ in range(args.warmup)] for v in VARIANTS}
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):
+        for v in VARIANTS:
+            for _ in range(args.iters):
+                tp.synchronize(device)
+                start = time.perf_counter()
+                steps[v](x)
+                tp.synchronize(device)
+                times[v].append(time.perf_counter() - start)
+    tokens = args.batch * args.seq
+    rows = []
+    for v in VARIANTS:
+        med = statistics.median(times[v])
+        rows.append({
+            "variant": v, "width": width, "layers": args.layers, "heads": args.heads,
+            "batch": args.batch, "seq": args.seq, "tokens": tokens, "compiled": args.compiled,
+            "times_s": times[v], "median_s": med, "tokens_per_s": tokens / med,
+            "warmup_losses": losses[v],
+        })  # fmt: skip
+    rows[1]["speedup_vs_bf16"] = rows[0]["median_s"] / rows[1]["median_s"]
+    if not all(math.isfinite(a) for a in losses["fp8"]):
+        raise SystemExit(f"the FP8 run at width {width} gave a non-finite loss: {losses['fp8']}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cuda, cuda:N or cpu (default: cuda if any, unless MPTUTOR_DEVICE=cpu)",
+    )
+    parser.add_argument("--widths", type=int, nargs="+", default=None, help="model widths")
+    parser.add_argument("--layers", type=int, default=None, help="blocks (default 2; smoke 1)")
+    parser.add_argument("--heads", type=int, default=None, help="default width // 128")
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--seq", type=int, default=None, help="sequence length")
+    parser.add_argument("--history-len", type=int, default=16, help="delayed-scaling window")
+    parser.add_argument(
+        "--compile", choices=("off", "on", "both"), default=None,
+        help="torch.compile both models (default: both on a GPU, off on a CPU)",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=None, help="default 5")
+    parser.add_argument("--iters", type=int, default=None, help="default 5")
+    parser.add_argument("--warmup", type=int, default=None, help="default 3")
+    records.add_record_options(
+        parser, smoke_help="width 32, one block, a few steps on the CPU (unless --device)"
+    )
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cpu" if args.smoke else mpt.device()))
+    gpu = tp.is_cuda(device)
+    gpu_before = records.gpu_state() if gpu else None
+    small = args.smoke or not gpu  # _scaled_mm on a CPU is a slow reference kernel
+    args.widths = args.widths or ([32] if args.smoke else [64] if small else [2048, 4096])
+    args.layers = args.layers or (1 if small else 2)
+    args.batch = args.batch or (2 if small else 4)
+    args.seq = args.seq or (16 if small else 2048)
+    args.rounds = args.rounds or (1 if args.smoke else 5)
+    args.iters = args.iters or (2 if args.smoke else 5)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 3)
+    modes = {"off": [False], "on": [True], "both": [False, True]}[
+        args.compile or ("both" if gpu else "off")
+    ]
+    print(hardware.report().summary())
+    rows = []
+    for width in args.widths:
+        for compiled in modes:
+            run = argparse.Namespace(**vars(args))
+            run.heads, run.compiled = args.heads or max(1, width // 128), compiled
+            for row in measure(width, run, device):
+                rows.append(row)
+                gain = row.get("speedup_vs_bf16")
+                print(
+                    f"width {width:5d} x {run.layers} blocks, {row['tokens']} tokens, "
+                    f"{'compiled' if compiled else 'eager':8s} {row['variant']:4s} "
+                    f"{1e3 * row['median_s']:9.2f} ms/step"
+                    + (f"  FP8 speed-up {gain:.2f}x" if gain else "")
+                )
+    speedups = [r["speedup_vs_bf16"] for r in rows if "speedup_vs_bf16" in r]
+    data = {
+        "what": "training step (forward, backward, AdamW) of transformer blocks under BF16 "
+        "autocast; fp8: nn.Linear -> mptutor.torch.FP8Linear, delayed scaling",
+        "timing": "wall clock between device syncs, one step per sample",
+        "history_len": args.history_len,
+        "rounds": args.rounds,
+        "iters_per_round": args.iters,
+        "warmup": args.warmup,
+        "rows": rows,
+        "best_speedup_fp8_vs_bf16": max(speedups),
+    }
+    path = records.save_record("fp8_step", device, data, args, gpu_before=gpu_before)
+    if path is not None:
+        print(f"saved {path}")
+        checks = targets.check_targets([(path, bench.load_result(path))], every_target=False)
+        print(checks if len(checks) else "no target applies to this record")
+
+
+if __name__ == "__main__":
+    main()
