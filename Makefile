@@ -18,9 +18,21 @@
 #   make lint        ruff over the package, tests, benchmarks and notebooks
 
 PYTHON ?= python3
-# NumPy 1.23.5 has wheels up to Python 3.11 only: give a 3.11 (or 3.10) interpreter here if
-# PYTHON is newer.
-MXNET_PYTHON ?= $(PYTHON)
+# The MXNet environment needs Python 3.11: mxnet 1.9.1 needs NumPy 1.23.5, which has no wheels
+# for Python 3.12 or later, and the notebook tools pinned beside it need 3.11. MXNET_PYTHON is
+# PYTHON when that is 3.11, else python3.11 on the PATH, else a 3.11 that pyenv has installed
+# (one without ensurepip, which cannot make environments, does not count), else empty: then
+# `make run` runs the other tracks and says why the Gluon track did not run, and `make test`
+# stops with that reason. Name one yourself with MXNET_PYTHON=/path/to/python3.11.
+IS_PY311 := -c 'import sys, ensurepip; sys.exit(sys.version_info[:2] != (3, 11))'
+MXNET_PYTHON ?= $(shell for py in $(PYTHON) python3.11 \
+    $$(ls -d "$$(pyenv root 2>/dev/null)"/versions/3.11*/bin/python3.11 2>/dev/null); do \
+    "$$py" $(IS_PY311) 2>/dev/null && { "$$py" -c 'import sys; print(sys.executable)'; break; }; \
+    done)
+NO_MXNET_PYTHON = no Python 3.11 found for the MXNet environment ($(MXNET_VENV)), which \
+    $(MXNET_NOTEBOOKS) needs: PYTHON=$(PYTHON) is not 3.11, and neither python3.11 on the PATH nor \
+    pyenv has one. mxnet 1.9.1 needs NumPy 1.23.5, which has no wheels for newer Pythons. Install \
+    Python 3.11 (e.g. pyenv install 3.11) or name one: make ... MXNET_PYTHON=/path/to/python3.11
 
 MAIN_VENV := .venv
 MXNET_VENV := .venv-mxnet
@@ -60,8 +72,10 @@ $(MAIN_STAMP): requirements.txt pyproject.toml
 	@touch $@
 
 $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
-	@$(MXNET_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] <= (3, 11) else "MXNET_PYTHON must be Python 3.11 or older: NumPy 1.23.5, which mxnet 1.9.1 needs, has no wheels for newer ones")'
-	@test -x $(MXNET_PY) || $(MXNET_PYTHON) -m venv $(MXNET_VENV)
+	@test -x $(MXNET_PY) || { py='$(MXNET_PYTHON)'; \
+	    test -n "$$py" || { echo "error: $(NO_MXNET_PYTHON)" >&2; exit 2; }; \
+	    "$$py" $(IS_PY311) || { echo "error: MXNET_PYTHON=$$py is not a Python 3.11 with venv and ensurepip" >&2; exit 2; }; \
+	    echo "creating $(MXNET_VENV) with $$py"; "$$py" -m venv $(MXNET_VENV); }
 	$(MXNET_PY) -m pip install --quiet --disable-pip-version-check -r requirements-mxnet.txt
 	$(MXNET_PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
@@ -76,12 +90,17 @@ test-notebooks: venvs
 	$(MAIN_PY) -m pytest $(NBVAL) $(MAIN_NOTEBOOKS)
 	$(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS)
 
-# Both environments run even when the first one has a failing notebook; the exit status is
-# non-zero if any notebook failed.
-run: venvs
+# Both environments run even when the first one has a failing notebook. Without a Python 3.11
+# for the MXNet environment the PyTorch and Keras tracks still run and the Gluon track is
+# reported as not run. The exit status is non-zero if any notebook failed or did not run.
+run: $(MAIN_STAMP) $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
 	@rc=0; \
 	$(MAIN_PY) -m mptutor.notebooks $(MAIN_NOTEBOOKS) --out build || rc=1; \
-	$(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --out build --append || rc=1; \
+	if test -x $(MXNET_PY); then \
+	    $(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --out build --append || rc=1; \
+	else \
+	    echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; rc=1; \
+	fi; \
 	exit $$rc
 
 notebooks: venvs
