@@ -192,8 +192,8 @@ def conv_step_times(
     (seeded) runs a training step on a random batch: gradients cleared, forward, backward
     (:func:`mptutor.bench.time_fn`, the device synchronised after each call). The first call is
     timed alone, so it includes what a new combination of shapes pays once (with
-    ``cudnn.benchmark`` on, the search for the fastest algorithm). A tiny convolution of another
-    shape runs first, so no row pays for loading the library.
+    ``cudnn.benchmark`` on, the search for the fastest algorithm). A convolution of a batch of one
+    runs first in each layout, so no row pays for loading the library.
 
     cuDNN keeps the plan it chose for each combination of shapes, dtype and layout for the rest
     of the process, and its cache does not key on ``cudnn.benchmark``: a shape already run with
@@ -278,9 +278,14 @@ def _conv_steps(
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = autotune
     try:
-        with torch.no_grad():  # load the convolution library once, at a shape no row uses
-            tiny = nn.Conv2d(3, 8, 3).to(device, torch_dtype)
-            tiny(torch.randn(1, 3, 8, 8, device=device, dtype=torch_dtype))
+        for name in layouts:  # load the library and its kernels once, at a shape no row uses
+            fmt = _LAYOUTS[name]
+            warm = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+            warm = warm.to(device, torch_dtype, memory_format=fmt)
+            x = torch.randn(1, channels, max(sides) + 1, max(sides) + 1, device=device)
+            x = x.to(torch_dtype).contiguous(memory_format=fmt).requires_grad_()
+            out = warm(x)
+            out.backward(torch.randn_like(out))
         synchronize(device)
         rows = []
         for side in sides:
