@@ -1,0 +1,85 @@
+"""The Makefile finds a Python 3.11 for the MXNet environment, or runs without the Gluon track.
+
+`make -n` prints what `make run` and `make test-unit` would do on a machine whose ``python3``
+is 3.12, with fake interpreters on an otherwise empty PATH (no pyenv), so nothing is built.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAKE = shutil.which("make")
+pytestmark = pytest.mark.skipif(MAKE is None, reason="make is not installed")
+
+
+def _fake_python(folder: Path, name: str, version_ok: bool) -> Path:
+    """An interpreter that answers the Makefile's two questions: is it 3.11, where is it."""
+    path = folder / name
+    path.write_text(
+        "#!/bin/sh\n"
+        'case "$2" in\n'
+        f"  *version_info*) exit {0 if version_ok else 1} ;;\n"
+        '  *executable*) echo "$0" ;;\n'
+        "esac\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def _make_n(bin_dir: Path, tmp_path: Path, target: str) -> str:
+    env = {"HOME": str(tmp_path), "PATH": str(bin_dir)}
+    args = [MAKE, "-n", "-C", str(ROOT), target, "PYTHON=python3.12"]
+    args += [f"MXNET_VENV={tmp_path / 'no-mxnet-env'}"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+    return done.stdout + done.stderr
+
+
+def test_a_python311_on_the_path_is_used_when_python3_is_newer(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_python(bin_dir, "python3.12", version_ok=False)
+    found = _fake_python(bin_dir, "python3.11", version_ok=True)
+    out = _make_n(bin_dir, tmp_path, "run")
+    assert f"py='{found}'" in out  # the MXNet environment is made with it
+    assert "notebooks/gluon --out build --append" in out
+
+
+def test_without_python311_run_says_why_the_gluon_track_did_not_run(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_python(bin_dir, "python3.12", version_ok=False)
+    out = _make_n(bin_dir, tmp_path, "run")
+    assert "notebooks/pytorch notebooks/keras --out build" in out  # the other tracks run
+    assert "make run: notebooks/gluon did not run: no Python 3.11 found" in out
+    assert "MXNET_PYTHON=/path/to/python3.11" in out
+    assert "-m venv" not in out  # no MXNet environment is attempted
+    # under `make test` the missing environment is an error, with the same reason
+    out = _make_n(bin_dir, tmp_path, "test-unit")
+    assert "py='';" in out and 'test -n "$py" || { echo "error: no Python 3.11 found' in out
+
+
+def test_a_named_mxnet_python_wins(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_python(bin_dir, "python3.12", version_ok=False)
+    _fake_python(bin_dir, "python3.11", version_ok=True)
+    env = {"HOME": str(tmp_path), "PATH": str(bin_dir)}
+    args = [
+        MAKE,
+        "-n",
+        "-C",
+        str(ROOT),
+        "run",
+        "PYTHON=python3.12",
+        "MXNET_PYTHON=/opt/py/bin/python",
+    ]
+    args += [f"MXNET_VENV={tmp_path / 'no-mxnet-env'}"]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=False).stdout
+    assert "py='/opt/py/bin/python'" in out
+    assert os.fspath(bin_dir / "python3.11") not in out
