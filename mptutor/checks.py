@@ -22,6 +22,12 @@ def _bound(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 2**63 else f"{value:g}"
 
 
+def _short(value: Any) -> str:
+    # the repr, cut short with "..." so that a huge value does not flood the message
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _interval(min_val: float | None, max_val: float | None, include: str) -> str:
     left = "[" if include in ("both", "left") else "("
     right = "]" if include in ("both", "right") else ")"
@@ -96,14 +102,14 @@ def check_scalar(
     if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, wanted):
         what = "an int" if kind is int else "a real number"
         also = " or None" if allow_none else ""
-        got = f"got {value!r:.60} of type {type(value).__name__}"
+        got = f"got {_short(value)} of type {type(value).__name__}"
         raise TypeError(f"{name} must be {what}{also}, {got}")
     try:
         number = int(value) if kind is int else float(value)
     except OverflowError:  # an int beyond float's range, e.g. 10**400
         number = math.inf
     if kind is not int and not math.isfinite(number):
-        raise ValueError(f"{name} must be a finite number, got {value!r:.40}")
+        raise ValueError(f"{name} must be a finite number, got {_short(value)}")
     low_ok = min_val is None or (
         number >= min_val if include_boundaries in ("both", "left") else number > min_val
     )
@@ -112,7 +118,7 @@ def check_scalar(
     )
     if not (low_ok and high_ok):
         interval = _interval(min_val, max_val, include_boundaries)
-        raise ValueError(f"{name} must be in {interval}, got {value!r:.60}")
+        raise ValueError(f"{name} must be in {interval}, got {_short(value)}")
     return number
 
 
@@ -155,7 +161,7 @@ def check_type(value: Any, name: str, types: type | tuple[type, ...], accepted: 
         )
     if not isinstance(value, types):
         raise TypeError(
-            f"{name} must be {accepted}, got {value!r:.80} of type {type(value).__name__}"
+            f"{name} must be {accepted}, got {_short(value)} of type {type(value).__name__}"
         )
     return value
 
@@ -186,5 +192,5 @@ def optional_positive(name: str, value: Any) -> float | None:
         )
     except (TypeError, ValueError):
         raise ValueError(
-            f"{name} must be a positive finite number or None, got {value!r:.60}"
+            f"{name} must be a positive finite number or None, got {_short(value)}"
         ) from None

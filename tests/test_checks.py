@@ -73,7 +73,7 @@ def test_check_type_names_the_argument_the_value_and_what_is_accepted():
 
 
 def test_check_scalar_refuses_an_int_beyond_the_float_range():
-    with pytest.raises(ValueError, match="scale must be a finite number, got 1000000000"):
+    with pytest.raises(ValueError, match=r"scale must be a finite number, got 1000000000+\.\.\.$"):
         check_scalar(10**400, "scale")
     assert check_scalar(10**400, "count", int) == 10**400  # an int is an int
 

@@ -587,7 +587,7 @@ def test_a_huge_step_count_or_integer_scale_is_refused_clearly():
         ValueError, match=r"state_dict\['steps'\] must be in \[0, 4611686018427387904\]"
     ):
         s.load_state_dict(s.state_dict() | {"steps": 2**70})
-    with pytest.raises(ValueError, match="init_scale must be a finite number, got 1000000"):
+    with pytest.raises(ValueError, match=r"init_scale must be a finite number, got 10+\.\.\.$"):
         DynamicLossScaler(init_scale=10**400)
     with pytest.raises(ValueError, match="scale must be a finite number"):
         StaticLossScaler(10**400)
