@@ -16,7 +16,6 @@ same ideas out by hand first.
 
 from __future__ import annotations
 
-import math
 from types import TracebackType
 from typing import Any
 
@@ -63,8 +62,9 @@ class Headroom:
         """Fold the largest |value| of each floating-point output into the module's running max."""
         name = self._names[module]
         for tensor in _float_tensors(output):
-            # one reduction, kept on the tensor's device: no host sync here
-            amax = torch.linalg.vector_norm(tensor.detach(), ord=math.inf).float()
+            # one pass over the values (aminmax), kept on the tensor's device: no host sync
+            low, high = torch.aminmax(tensor.detach())
+            amax = torch.maximum(low.neg(), high).float()
             seen = self._amax.get(name)
             self._amax[name] = amax if seen is None else torch.maximum(seen, amax.to(seen.device))
 
