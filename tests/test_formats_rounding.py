@@ -23,16 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mptutor import formats
-from mptutor.formats._format import _make
 
-# The MX element formats too (no inf, no NaN: they saturate), until the table lists them.
-_KNOWN = {f.dtype for f in formats.all_formats()}
-_MX = [("fp6_e2m3", "float6_e2m3fn"), ("fp6_e3m2", "float6_e3m2fn"), ("fp4_e2m1", "float4_e2m1fn")]
-FORMATS = formats.all_formats() + [
-    _make(name, getattr(ml_dtypes, kind))
-    for name, kind in _MX
-    if hasattr(ml_dtypes, kind) and np.dtype(getattr(ml_dtypes, kind)) not in _KNOWN
-]
+# Every format round_to rounds to, the MX element formats (no inf, no NaN) included; e8m0,
+# the block scale, has no rounding to nearest (tested below).
+FORMATS = [f for f in formats.all_formats(block=True) if f.name != "e8m0"]
 
 
 @functools.cache
@@ -185,6 +179,8 @@ def test_bad_inputs_are_refused_with_their_name():
             formats.round_to(bad, "fp16")
     with pytest.raises(ValueError, match="unknown floating-point format"):
         formats.round_to(1.0, "fp12")
+    with pytest.raises(ValueError, match="e8m0 holds the scales"):
+        formats.round_to(3.0, "e8m0")
 
 
 # --- property tests -----------------------------------------------------------------------------

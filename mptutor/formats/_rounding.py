@@ -71,7 +71,8 @@ def round_to(x: Any, fmt: Any) -> np.ndarray | np.generic:
         If ``x`` holds something other than real numbers (strings, booleans, complex numbers,
         ``None``).
     ValueError
-        If the format is unknown, or ``x`` holds NaN and the format has no NaN.
+        If the format is unknown or ``e8m0`` (a scale format, see :mod:`mptutor.fp8`), or ``x``
+        holds NaN and the format has no NaN.
 
     Examples
     --------
@@ -79,6 +80,11 @@ def round_to(x: Any, fmt: Any) -> np.ndarray | np.generic:
     (1.0078125, inf)
     """
     f = get(fmt)
+    if f.mantissa_bits == 0:  # e8m0: no sign, no zero, no significand
+        raise ValueError(
+            f"round_to: {f.name} holds the scales of block formats, powers of two chosen by the "
+            "floor or ceiling of log2 (mptutor.fp8), not by rounding to nearest"
+        )
     values = _real(x)
     has_nan = _has_nan(f.dtype)
     if not has_nan and np.isnan(values).any():
