@@ -179,8 +179,9 @@ def test_bad_inputs_are_refused_with_their_name():
             formats.round_to(bad, "fp16")
     with pytest.raises(ValueError, match="unknown floating-point format"):
         formats.round_to(1.0, "fp12")
-    with pytest.raises(ValueError, match="e8m0 holds the scales"):
-        formats.round_to(3.0, "e8m0")
+    if "e8m0" in [f.name for f in formats.all_formats(block=True)]:  # ml_dtypes >= 0.5
+        with pytest.raises(ValueError, match="e8m0 holds the scales"):
+            formats.round_to(3.0, "e8m0")
 
 
 # --- property tests -----------------------------------------------------------------------------
