@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from mptutor.checks import check_type
+
 __all__ = ["atomic_dir", "atomic_dirs", "atomic_path", "write_text"]
 
 StrPath = str | os.PathLike[str]
@@ -50,8 +52,15 @@ def atomic_path(path: StrPath) -> Iterator[Path]:
     ------
     pathlib.Path
         Where to write the content.
+
+    Raises
+    ------
+    IsADirectoryError
+        If ``path`` is a folder.
     """
     target = Path(path)
+    if target.is_dir():
+        raise IsADirectoryError(f"{target.resolve()} is a folder; give the path of a file")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     os.close(fd)
@@ -73,7 +82,15 @@ def write_text(path: StrPath, text: str) -> None:
         The file to write.
     text : str
         Its new content.
+
+    Raises
+    ------
+    TypeError
+        If ``text`` is not a str.
+    IsADirectoryError
+        If ``path`` is a folder.
     """
+    check_type(text, "text", str, "a str")
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
@@ -133,8 +150,14 @@ def atomic_dirs(paths: Sequence[StrPath], *, clear_leftovers: bool = False) -> I
     FileExistsError
         If a target exists when the block ends; the new folders are then discarded and the
         existing one is left as it is.
+    TypeError, ValueError
+        If ``paths`` is one path rather than a list, or names a folder twice.
     """
+    if isinstance(paths, (str, os.PathLike)):
+        raise TypeError(f"paths must be a list of folders, got one: {paths!r}; use atomic_dir")
     targets = [Path(p) for p in paths]
+    if len({t.resolve() for t in targets}) < len(targets):
+        raise ValueError(f"a folder is given twice in {[str(t) for t in targets]}")
     tmps: list[Path] = []
     try:
         for target in targets:

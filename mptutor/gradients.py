@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from mptutor import formats
@@ -118,6 +119,16 @@ def _classify(exponents: np.ndarray, f: formats.Format) -> tuple[int, int, int]:
     return under, sub, over
 
 
+def _real(dtype: np.dtype) -> bool:
+    """Whether a dtype holds real numbers: ints, NumPy floats, ml_dtypes' (bfloat16, ...)."""
+    if dtype.kind in "iu":
+        return True
+    try:
+        return dtype.kind != "c" and bool(ml_dtypes.finfo(dtype))
+    except ValueError:
+        return False
+
+
 def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16") -> GradientStats:
     """Count zeros, infs/NaNs and the values a format would flush, keep coarsely or overflow.
 
@@ -132,14 +143,28 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
     -------
     GradientStats
         Counts and exponents; see :class:`GradientStats` for the categories.
+
+    Raises
+    ------
+    TypeError
+        If ``values`` is not an array or a list of arrays of real numbers (float, int, or the
+        ml_dtypes formats such as bfloat16); the message names the array at fault.
+    ValueError
+        If ``fmt`` is not a known format.
     """
     f = formats.get(fmt)
-    arrays = [values] if isinstance(values, np.ndarray) else list(values)
-    flat = (
-        np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
-        if arrays
-        else np.zeros(0)
-    )
+    if isinstance(values, np.ndarray):
+        values = [values]
+    elif not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
+        raise TypeError(
+            "values must be an array of gradients or a list of arrays, got "
+            f"{values!r:.80} of type {type(values).__name__}"
+        )
+    arrays = [np.asarray(a) for a in values]
+    for i, a in enumerate(arrays):
+        if not _real(a.dtype):
+            raise TypeError(f"values[{i}] must hold real numbers, got an array of {a.dtype}")
+    flat = np.concatenate([a.astype(np.float64).ravel() for a in arrays]) if arrays else np.zeros(0)
     finite = np.isfinite(flat)
     nonzero = finite & (flat != 0)
     mags = np.abs(flat[nonzero])

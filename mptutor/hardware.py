@@ -20,10 +20,13 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from importlib.util import find_spec
 from typing import Any, TypeVar
+
+from mptutor.checks import check_scalar, check_type
 
 __all__ = [
     "GpuInfo",
@@ -85,11 +88,25 @@ def architecture(compute_capability: tuple[int, int]) -> str:
     -------
     str
         ``"Hopper"``, ``"Ampere"``, ... or ``"pre-Volta"`` for GPUs without Tensor Cores.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``compute_capability`` is not two whole numbers >= 0.
     """
+    cc = _capability(compute_capability)
     for first, name in _ARCHITECTURES:
-        if tuple(compute_capability) >= first:
+        if cc >= first:
             return name
     return "pre-Volta"
+
+
+def _capability(value: Any) -> tuple[int, int]:
+    """Check a compute capability: ``(major, minor)``, two whole numbers >= 0."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"compute_capability must be (major, minor), e.g. (9, 0), got {value!r}")
+    major, minor = (check_scalar(v, "compute_capability's parts", int, min_val=0) for v in value)
+    return major, minor
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,9 @@ class GpuInfo:
     name: str
     compute_capability: tuple[int, int]
     memory_gib: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compute_capability", _capability(self.compute_capability))
 
     @property
     def architecture(self) -> str:
@@ -302,8 +322,19 @@ def framework_versions(packages: tuple[str, ...] = REPORTED_PACKAGES) -> dict[st
     -------
     dict of str to str or None
         Version per import name, ``None`` for packages that are not installed.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``packages`` is not a list of top-level import names.
     """
-    return {name: _distribution_version(name) for name in packages}
+    if isinstance(packages, (str, bytes)) or not isinstance(packages, Iterable):
+        raise TypeError(f"packages must be a list of import names, got {packages!r:.80}")
+    names = list(packages)
+    bad = [n for n in names if not (isinstance(n, str) and n.isidentifier())]
+    if bad:
+        raise ValueError(f"packages must be top-level import names like 'numpy', got {bad}")
+    return {name: _distribution_version(name) for name in names}
 
 
 def cpu_name() -> str:
@@ -456,7 +487,13 @@ def report(refresh: bool = False) -> HardwareReport:
     -------
     HardwareReport
         Shown as a short text block in a notebook.
+
+    Raises
+    ------
+    TypeError
+        If ``refresh`` is not a bool.
     """
+    check_type(refresh, "refresh", bool, "True or False")
     if "report" in _CACHE and not refresh:
         return _CACHE["report"]
     from_torch = _gpus_from_torch()

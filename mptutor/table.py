@@ -6,6 +6,8 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from mptutor.checks import check_type
+
 __all__ = ["Table"]
 
 
@@ -22,6 +24,14 @@ class Table:
     title : str, optional
         A caption printed above the table.
 
+    Raises
+    ------
+    TypeError
+        If ``rows`` is not a list of dicts with str keys, or ``float_format`` or ``title`` is
+        not a str.
+    ValueError
+        If ``float_format`` is not a format spec for floats.
+
     Examples
     --------
     >>> Table([{"a": 1, "b": 0.5}, {"a": 2, "b": 0.25}])
@@ -37,7 +47,24 @@ class Table:
         float_format: str = ".4g",
         title: str | None = None,
     ) -> None:
-        self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
+        if not isinstance(rows, Iterable) or isinstance(rows, (str, bytes, Mapping)):
+            raise TypeError(f"rows must be a list of dicts, got {rows!r:.80}")
+        self.rows: list[dict[str, Any]] = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping) or not all(isinstance(k, str) for k in row):
+                raise TypeError(
+                    f"rows[{i}] must be a dict with str keys (the column names), got {row!r:.80}"
+                )
+            self.rows.append(dict(row))
+        check_type(float_format, "float_format", str, "a format spec such as '.4g'")
+        try:
+            format(1.5, float_format)
+        except ValueError:
+            raise ValueError(
+                f"float_format={float_format!r} is not a format spec for floats (e.g. '.4g')"
+            ) from None
+        if title is not None:
+            check_type(title, "title", str, "a str or None")
         self.float_format = float_format
         self.title = title
         columns: list[str] = []

@@ -84,3 +84,25 @@ def test_atomic_dirs_puts_every_folder_in_place_or_none(tmp_path):
         (test2 / "in-the-way").mkdir(parents=True)  # the second rename fails
     assert not train2.exists()  # the first rename was undone
     assert _names(tmp_path / "a") == ["train"] and _names(test2) == ["in-the-way"]
+
+
+def test_write_text_refuses_a_folder_and_non_text(tmp_path):
+    (tmp_path / "folder").mkdir()
+    for target in (tmp_path / "folder", ""):
+        with pytest.raises(IsADirectoryError, match="folder"):
+            write_text(target, "x")
+    for bad in (5, b"x", None):
+        with pytest.raises(TypeError, match="text must be a str"):
+            write_text(tmp_path / "f.txt", bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]  # no temporary left
+
+
+def test_atomic_dirs_refuses_one_path_and_the_same_path_twice(tmp_path):
+    for bad in (str(tmp_path / "abc"), tmp_path / "abc"):
+        with pytest.raises(TypeError, match="atomic_dir"):
+            with atomic_dirs(bad):
+                pass
+    with pytest.raises(ValueError, match="twice"):
+        with atomic_dirs([tmp_path / "x", tmp_path / "y" / ".." / "x"]):
+            pass
+    assert list(tmp_path.iterdir()) == []

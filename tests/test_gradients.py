@@ -45,3 +45,24 @@ def test_empty_and_bad_category():
     assert s.count == 0 and s.share("zeros") == 0.0
     with pytest.raises(ValueError, match="choose one of"):
         s.share("tiny")
+
+
+@pytest.mark.parametrize("bad", [None, 5.0, "abc", b"xy"])
+def test_values_that_are_not_arrays_are_refused(bad):
+    with pytest.raises(TypeError, match="values must be"):
+        gradient_stats(bad)
+
+
+@pytest.mark.parametrize(
+    "bad", [np.array(["a"]), np.ones(2) + 1j, np.array([True, False]), np.array([None])]
+)
+def test_arrays_that_are_not_real_numbers_are_refused(bad):
+    with pytest.raises(TypeError, match=r"values\[1\] must hold real numbers"):
+        gradient_stats([np.ones(2), bad])
+
+
+def test_any_real_dtype_and_lists_of_numbers_are_counted():
+    import ml_dtypes
+
+    s = gradient_stats([np.ones(2, ml_dtypes.bfloat16), np.arange(3), [0.5, 0.0]])
+    assert (s.count, s.zeros) == (7, 2)

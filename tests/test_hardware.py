@@ -126,3 +126,23 @@ def test_report_finds_the_cuda_gpu():
     assert gpu.compute_capability == torch.cuda.get_device_capability(0)
     assert gpu.memory_gib > 1
     assert rep.driver  # nvidia-smi answers on a GPU host
+
+
+@pytest.mark.parametrize("bad", [None, 9, "9.0", (9,), (9, 0, 1), ("9", "0"), (9.0, 0), (-1, 0)])
+def test_a_compute_capability_is_two_whole_numbers(bad):
+    with pytest.raises((TypeError, ValueError), match="compute_capability"):
+        hardware.architecture(bad)
+    with pytest.raises((TypeError, ValueError), match="compute_capability"):
+        GpuInfo(0, "GPU", bad, 80.0)
+
+
+def test_framework_versions_takes_a_list_of_import_names():
+    assert hardware.framework_versions(["numpy"])["numpy"]
+    for bad in ("numpy", None, ["no.such"], [""], [5]):
+        with pytest.raises((TypeError, ValueError), match="packages"):
+            hardware.framework_versions(bad)
+
+
+def test_report_refresh_is_a_bool():
+    with pytest.raises(TypeError, match="refresh"):
+        hardware.report(refresh="no")

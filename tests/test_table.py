@@ -32,3 +32,18 @@ def test_html_is_escaped():
 def test_float_formatting():
     lines = repr(Table([{"v": 3.4028234663852886e38}, {"v": 2.0**-24}, {"v": 1e7}])).splitlines()
     assert [line.strip() for line in lines[2:]] == ["3.403e+38", "5.96e-08", "1e+07"]
+
+
+@pytest.mark.parametrize("rows", [None, 5, [1, 2], ["ab"], [{1: 2}], "abc"])
+def test_rows_must_be_mappings_with_string_keys(rows):
+    with pytest.raises(TypeError, match="rows"):
+        Table(rows)
+
+
+def test_bad_float_format_and_title_are_refused_at_once():
+    with pytest.raises(ValueError, match="float_format"):
+        Table([{"a": 1.5}], float_format="q")
+    with pytest.raises(TypeError, match="float_format"):
+        Table([{"a": 1.5}], float_format=3)
+    with pytest.raises(TypeError, match="title"):
+        Table([{"a": 1}], title=5)
