@@ -14,7 +14,8 @@
 #   wheelhouse [DIR]  on a machine with a network: download what `install` needs into
 #                     wheelhouse/ (Python 3.12, manylinux x86-64; only pip is needed)
 #   install [OUT]     .venv-gpu-host on top of PYTHON (its PyTorch, NumPy and pytest kept) with
-#                     requirements-gpu-host.txt from wheelhouse/, offline (pip --no-index)
+#                     requirements-gpu-host.txt from wheelhouse/, offline (pip --no-index);
+#                     every step below does it first when it is not done yet (~30 s)
 #   check OUT         the machine: hardware report, nvidia-smi, versions (seconds)
 #   records OUT       benchmarks/gemm_sweep.py, resnet50_amp.py (both layouts) and
 #                     scaler_overhead.py, each writing its record into OUT
@@ -111,6 +112,12 @@ install() {
         echo "$GPU_VENV is installed"
         return 0
     fi
+    if "$PYTHON" -c 'import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in sys.argv[1:]))' $(_needed) 2>/dev/null; then
+        echo "PYTHON=$PYTHON has what the plan needs: nothing to install"
+        GPU_PY="$PYTHON"
+        return 0
+    fi
     local source=(--no-index --find-links "$WHEELHOUSE")
     if ! compgen -G "$WHEELHOUSE/*.whl" >/dev/null; then
         if [[ "${GPU_PLAN_INDEX:-0}" == 1 ]]; then
@@ -135,10 +142,12 @@ print("installed beside torch", torch.__version__, "from", torch.__file__)'
     _install_key >"$STAMP"
 }
 _install_key() { printf '%s %s\n' "$PYTHON" "$(cksum <requirements-gpu-host.txt)"; }
+# The import names of requirements-gpu-host.txt.
+_needed() { sed -e 's/#.*//' -e 's/[<>=!~;[ ].*//' requirements-gpu-host.txt | tr '-' '_' | grep .; }
 
 machine() {
     say "machine"
-    "$PYTHON" -c 'import torch; from mptutor import hardware; print(hardware.report())'
+    "$GPU_PY" -c 'import torch; from mptutor import hardware; print(hardware.report())'
     if command -v nvidia-smi >/dev/null; then
         nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu,clocks_event_reasons.active \
             --format=csv || true
@@ -173,26 +182,29 @@ case "$step" in
         exit 0
         ;;
     check)
+        install
         machine
         ;;
     records)
         need_gpu
+        install
         machine
         say "GEMM sweep: strict FP32, TF32, FP16, BF16, FP8 at 1024..8192 and n - 1"
-        run "$PYTHON" benchmarks/gemm_sweep.py "${smoke[@]}" --out "$out"
+        run "$GPU_PY" benchmarks/gemm_sweep.py "${smoke[@]}" --out "$out"
         say "ResNet50 training: strict FP32, TF32, AMP FP16, AMP BF16; NCHW and channels_last"
-        run "$PYTHON" benchmarks/resnet50_amp.py "${smoke[@]}" --out "$out"
+        run "$GPU_PY" benchmarks/resnet50_amp.py "${smoke[@]}" --out "$out"
         say "master weights and loss scaler against torch.amp.GradScaler"
-        run "$PYTHON" benchmarks/scaler_overhead.py "${smoke[@]}" --out "$out"
+        run "$GPU_PY" benchmarks/scaler_overhead.py "${smoke[@]}" --out "$out"
         say "these records against the targets"
-        run "$PYTHON" benchmarks/targets.py "$out"
+        run "$GPU_PY" benchmarks/targets.py "$out"
         ;;
     fp8)
         need_gpu
-        machine
         [[ -f benchmarks/fp8_step.py ]] || die "benchmarks/fp8_step.py is not in this checkout"
-        run "$PYTHON" benchmarks/fp8_step.py "${smoke[@]}" --out "$out"
-        run "$PYTHON" benchmarks/targets.py "$out"
+        install
+        machine
+        run "$GPU_PY" benchmarks/fp8_step.py "${smoke[@]}" --out "$out"
+        run "$GPU_PY" benchmarks/targets.py "$out"
         ;;
     keras)
         need_gpu
