@@ -6,13 +6,13 @@ matplotlib is imported when a figure is drawn, not when this module is imported.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mptutor import formats
-from mptutor.checks import check_scalar
+from mptutor.checks import check_scalar, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -39,12 +39,50 @@ _LINES = ("#1f77b4", "#000000", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """Return the figure of ``ax``, or a new figure and axes when it is ``None``."""
     import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
 
     if ax is not None:
+        check_type(ax, "ax", Axes, "matplotlib Axes or None")
         return ax.figure, ax
     fig, new_ax = plt.subplots(figsize=figsize, layout="constrained")
     return fig, new_ax
+
+
+def _formats(fmts: Any) -> list[formats.Format]:
+    """Look up the formats to draw, given as a list or one alone; refuse none."""
+    if isinstance(fmts, (str, formats.Format)) or not isinstance(fmts, Iterable):
+        fmts = [fmts]
+    chosen = [formats.get(f) for f in fmts]
+    if not chosen:
+        raise ValueError("fmts is empty: name at least one format, e.g. ('fp16', 'bf16')")
+    return chosen
+
+
+def _runs(runs: Any, name: str, kind: type, what: str) -> dict[str, Any]:
+    """One ``kind`` object as ``{label: it}``, or a non-empty mapping of labels to them."""
+    if isinstance(runs, kind):
+        return {what: runs}
+    if not isinstance(runs, Mapping) or not runs:
+        raise TypeError(
+            f"{name} must be a {kind.__name__} or a non-empty dict of label to "
+            f"{kind.__name__}, got {runs!r:.80}"
+        )
+    for label, run in runs.items():
+        check_type(run, f"{name}[{label!r}]", kind, f"a {kind.__name__}")
+    return dict(runs)
+
+
+def _numbers(values: Any, name: str) -> np.ndarray:
+    """Read a 1-D sequence of numbers as floats; name the argument if it is not one."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a 1-D sequence of numbers, got {values!r:.80}") from None
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of numbers, got shape {array.shape}")
+    return array
 
 
 def format_ranges(
@@ -74,11 +112,19 @@ def format_ranges(
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    chosen = [formats.get(f) for f in fmts]
+    chosen = _formats(fmts)
+    if xlim is not None:
+        if not isinstance(xlim, (tuple, list)) or len(xlim) != 2:
+            raise TypeError(f"xlim must be (left, right) or None, got {xlim!r}")
+        left = check_scalar(xlim[0], "xlim[0]")
+        right = check_scalar(xlim[1], "xlim[1] (at least xlim[0])", min_val=left)
+        if left == right:
+            raise ValueError(f"xlim must span an interval, got {xlim!r}")
     fig, ax = _axes(ax, (9, 0.7 * len(chosen) + 1.6))
     lows = [f.min_exponent - f.mantissa_bits for f in chosen]
     highs = [math.log2(f.max) for f in chosen]
-    left, right = (min(lows) - 2, max(highs) + 2) if xlim is None else xlim
+    if xlim is None:
+        left, right = min(lows) - 2, max(highs) + 2
     clipped = False
     for row, (f, lo, hi) in enumerate(zip(chosen, lows, highs, strict=True)):
         y = len(chosen) - 1 - row
@@ -154,7 +200,7 @@ def value_spacing(
         the frame, and a dotted line marks each power of two inside the interval (labelled on a
         top axis), where the spacing of every format changes.
     """
-    chosen = [formats.get(f) for f in fmts]
+    chosen = _formats(fmts)
     fig, ax = _axes(ax, (9, 0.8 * len(chosen) + 1.2))
     for row, f in enumerate(chosen):
         y = len(chosen) - 1 - row
@@ -220,6 +266,20 @@ def update_survival(
         lost at or below) and :func:`~mptutor.formats.lost_update_ratio`
         (``2**-(mantissa_bits+1)``, always kept above), labelled at the top.
     """
+    ratios = _numbers(ratios, "ratios")
+    if not np.all(np.isfinite(ratios) & (ratios > 0)):
+        raise ValueError("ratios must be positive finite numbers (a log2 axis)")
+    if not isinstance(survived, Mapping) or not survived:
+        raise TypeError(
+            f"survived must be a non-empty dict of format to shares, got {survived!r:.80}"
+        )
+    for name, share in survived.items():
+        share = _numbers(share, f"survived[{name!r}]")
+        if share.shape != ratios.shape or not np.all((share >= 0) & (share <= 1)):
+            raise ValueError(
+                f"survived[{name!r}] must hold one share in [0, 1] per ratio ({ratios.size})"
+            )
+        formats.get(name)
     fig, ax = _axes(ax, (8, 3.5))
     for i, (name, share) in enumerate(survived.items()):
         color = _LINES[i % len(_LINES)]
@@ -272,13 +332,20 @@ def gradient_histogram(
 
     Raises
     ------
+    TypeError
+        If ``stats`` is not a GradientStats or a non-empty dict of them.
     ValueError
-        If the statistics were measured against different formats.
+        If the statistics were measured against different formats, or hold no non-zero finite
+        value.
     """
-    series = {"gradients": stats} if not isinstance(stats, Mapping) else dict(stats)
+    from mptutor.gradients import GradientStats
+
+    series = _runs(stats, "stats", GradientStats, "gradients")
     names = {s.fmt for s in series.values()}
     if len(names) != 1:
         raise ValueError(f"all statistics must use one format, got {sorted(names)}")
+    if not any(s.exponents.size for s in series.values()):
+        raise ValueError("the statistics count no non-zero finite value: nothing to draw")
     f = formats.get(names.pop())
     fig, ax = _axes(ax, (9, 3.6))
     tiny = f.min_exponent - f.mantissa_bits
@@ -326,8 +393,15 @@ def loss_scale_trace(
     -------
     matplotlib.figure.Figure
         A step line of the scale used at each step, and a cross at each skipped step.
+
+    Raises
+    ------
+    TypeError
+        If ``history`` is not a ScaleHistory or a non-empty dict of them.
     """
-    runs = {"loss scale": history} if not isinstance(history, Mapping) else dict(history)
+    from mptutor.scaling import ScaleHistory
+
+    runs = _runs(history, "history", ScaleHistory, "loss scale")
     fig, ax = _axes(ax, (9, 3.4))
     for i, (label, h) in enumerate(runs.items()):
         steps, scales, skipped = h.arrays()
@@ -378,13 +452,16 @@ def loss_curves(
     ValueError
         If ``window`` is below 1.
     TypeError
-        If ``window`` is not an int.
+        If ``window`` is not an int, or ``curves`` is not a non-empty dict of 1-D sequences of
+        numbers.
     """
     window = check_scalar(window, "window", int, min_val=1)
+    if not isinstance(curves, Mapping) or not curves:
+        raise TypeError(f"curves must be a non-empty dict of label to losses, got {curves!r:.80}")
+    losses = {label: _numbers(v, f"curves[{label!r}]") for label, v in curves.items()}
     fig, ax = _axes(ax, (8, 3.6))
     styles = ("-", "--", "-.", ":")
-    for i, (label, values) in enumerate(curves.items()):
-        loss = np.asarray(values, dtype=np.float64)
+    for i, (label, loss) in enumerate(losses.items()):
         finite = np.isfinite(loss)
         kernel = np.ones(window)
         sums = np.convolve(np.where(finite, loss, 0.0), kernel)[: loss.size]

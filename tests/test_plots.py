@@ -163,3 +163,63 @@ def test_loss_curves_rejects_a_bad_window():
         plots.loss_curves({"a": [1.0]}, window=0)
     with pytest.raises(TypeError, match="window must be an int, got 2.5"):
         plots.loss_curves({"a": [1.0]}, window=2.5)
+
+
+# --- bad input: a clear error naming the argument, before anything is drawn ---------------------
+
+
+def test_one_format_may_be_given_alone_but_not_none():
+    assert len(plots.format_ranges("fp16").axes[0].patches) == 2  # one row: subnormal, normal
+    assert plots.value_spacing(1, 2, fmts="bf16").axes[0].get_yticklabels()[0].get_text() == "bf16"
+    for draw in (lambda f: plots.format_ranges(f), lambda f: plots.value_spacing(1, 2, fmts=f)):
+        with pytest.raises(ValueError, match="fmts"):
+            draw([])
+        with pytest.raises(ValueError, match="unknown floating-point format"):
+            draw(["fp16", "fp12"])
+
+
+@pytest.mark.parametrize("xlim", [5, (5, 1), (0, 0), (0, float("inf")), ("a", "b"), (1, 2, 3)])
+def test_format_ranges_needs_increasing_finite_limits(xlim):
+    with pytest.raises((TypeError, ValueError), match="xlim"):
+        plots.format_ranges(xlim=xlim)
+
+
+def test_ax_must_be_matplotlib_axes():
+    with pytest.raises(TypeError, match="ax must be"):
+        plots.format_ranges(ax="a")
+    with pytest.raises(TypeError, match="ax must be"):
+        plots.loss_curves({"a": [1.0]}, ax=object())
+
+
+def test_update_survival_checks_ratios_and_shares():
+    ratios = 2.0 ** -np.arange(8.0, 14.0)
+    good = np.linspace(1, 0, 6)
+    for bad_ratios in (-ratios, np.zeros(6), ratios.reshape(2, 3)):
+        with pytest.raises(ValueError, match="ratios"):
+            plots.update_survival(bad_ratios, {"fp16": good})
+    for survived in (None, {}, {"fp16": good[:4]}, {"fp16": good * 2}, {"fp16": "abc"}):
+        with pytest.raises((TypeError, ValueError), match="survived"):
+            plots.update_survival(ratios, survived)
+
+
+def test_gradient_histogram_and_loss_scale_trace_check_what_they_draw():
+    from mptutor.gradients import gradient_stats
+    from mptutor.scaling import ScaleHistory
+
+    for bad in (None, np.ones(3), {}, {"a": np.ones(3)}):
+        with pytest.raises((TypeError, ValueError), match="stats"):
+            plots.gradient_histogram(bad)
+    with pytest.raises(ValueError, match="no non-zero finite"):
+        plots.gradient_histogram(gradient_stats(np.zeros(4)))
+    for bad in (None, [1, 2], {}, {"a": [1, 2]}):
+        with pytest.raises((TypeError, ValueError), match="history"):
+            plots.loss_scale_trace(bad)
+    plots.loss_scale_trace(ScaleHistory())  # an empty run is an empty plot
+
+
+@pytest.mark.parametrize(
+    "curves", [None, [1.0, 2.0], {}, {"a": "xyz"}, {"a": [[1.0, 2.0], [3.0, 4.0]]}, {"a": None}]
+)
+def test_loss_curves_needs_runs_of_numbers(curves):
+    with pytest.raises((TypeError, ValueError), match="curves"):
+        plots.loss_curves(curves)
