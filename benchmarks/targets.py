@@ -70,7 +70,7 @@ def _gpu_name(record: dict[str, Any]) -> str:
 
 
 _S = TARGET_GEMM_SIZE
-_GEMM, _RESNET, _SCALER = "gemm_sweep", "resnet50_amp", "scaler_overhead"
+_GEMM, _RESNET, _SCALER, _FP8 = "gemm_sweep", "resnet50_amp", "scaler_overhead", "fp8_step"
 _R50 = "ResNet50 training images/s"
 _SYNCED = "training step time, mptutor FP32 master weights + loss scaler / torch.amp.GradScaler"
 #: The project's performance targets. Speed and memory targets are checked against recorded
@@ -105,6 +105,9 @@ TARGETS: tuple[Target, ...] = (
     Target("scaler_host_syncs_per_step",
            "host syncs per training step, mptutor FP32 master weights + loss scaler", _SCALER,
            "<=", 1, "", "GPU"),
+    Target("fp8_step_vs_bf16",
+           "transformer training step, FP8 linear layers (delayed scaling) / BF16 autocast,"
+           " speed-up at the best recorded width", _FP8, ">=", 1.3, "x", "H100"),
 )  # fmt: skip
 del _S
 
@@ -209,7 +212,17 @@ def _scaler_figures(data: dict[str, Any], where: str) -> dict[str, float | None]
     }
 
 
-_FIGURES = {_GEMM: _gemm_figures, _RESNET: _resnet_figures, _SCALER: _scaler_figures}
+def _fp8_figures(data: dict[str, Any], where: str) -> dict[str, float | None]:
+    speedups = [r["speedup_vs_bf16"] for r in _rows(data, (), where) if "speedup_vs_bf16" in r]
+    return {"fp8_step_vs_bf16": max(speedups) if speedups else None}
+
+
+_FIGURES = {
+    _GEMM: _gemm_figures,
+    _RESNET: _resnet_figures,
+    _SCALER: _scaler_figures,
+    _FP8: _fp8_figures,
+}
 
 
 def record_figures(record: dict[str, Any], path: Any = None) -> dict[str, float | None]:
@@ -218,7 +231,8 @@ def record_figures(record: dict[str, Any], path: Any = None) -> dict[str, float 
     GEMM figures are read at ``TARGET_GEMM_SIZE``. ResNet50 ratios compare each mode at its
     best memory layout (the faster of NCHW and channels_last in the record), so that neither
     side of a ratio is held back by a layout that suits the other. The scaler's step time ratio
-    is the whole training iteration (forward, backward, optimizer).
+    is the whole training iteration (forward, backward, optimizer). The FP8 speed-up is the
+    largest over the record's widths and its eager and compiled runs.
 
     Parameters
     ----------

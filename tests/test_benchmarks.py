@@ -189,6 +189,15 @@ def test_records_are_held_against_the_targets(tmp_path):
     assert len(only) == 3
 
 
+def test_the_fp8_step_target_reads_the_best_speedup(tmp_path):
+    rows = [{"variant": "bf16"}, {"variant": "fp8", "speedup_vs_bf16": 1.2},
+            {"variant": "fp8", "speedup_vs_bf16": 1.45}]  # fmt: skip
+    write_record(tmp_path, "fp8_step-cuda-H100", {"rows": rows})
+    table = targets.check_targets(bench.find_records(results_dir=tmp_path), every_target=False)
+    (row,) = table.to_dicts()
+    assert row["wanted"] == ">= 1.3x" and row["recorded"] == 1.45 and row["met"] is True
+
+
 def test_h100_targets_are_not_applied_to_another_gpu(tmp_path):
     write_record(tmp_path, "gemm_sweep-cuda-H200", {"rows": _gemm_rows(750, 50, 500)},
                  gpu="NVIDIA H200")  # fmt: skip
