@@ -508,3 +508,65 @@ def test_digits_load_in_mxnet_image_folder_dataset(tmp_path):
     assert (got["train"], got["test"]) == (folders.num_train, folders.num_test)
     assert got["shape"] == [24, 24, 3] and got["dtype"] == "uint8"
     assert got["label"] == 0 and got["max"] > 100  # a digit, not a blank image
+
+
+# --------------------------------------------------------------------------------------------
+# bad input: a clear error naming the argument, before anything is written
+
+
+def _small_src(tmp_path: Path) -> Path:
+    src = tmp_path / "all"
+    for name in ("ab", "b"):
+        (src / name).mkdir(parents=True)
+        for i in range(3):
+            (src / name / f"{i}.png").write_bytes(b"png")
+    return src
+
+
+def test_split_image_folder_refuses_bad_arguments_before_writing(tmp_path):
+    src = _small_src(tmp_path)
+    cases = [
+        (dict(seed="x"), TypeError, "seed"),
+        (dict(seed=None), TypeError, "seed"),
+        (dict(seed=1.5), TypeError, "seed"),
+        (dict(exclude="ab"), TypeError, "exclude"),  # would exclude "a" and "b"
+        (dict(exclude=5), TypeError, "exclude"),
+    ]
+    for kwargs, error, name in cases:
+        with pytest.raises(error, match=name):
+            data.split_image_folder(src, tmp_path / "tr", tmp_path / "te", 1, **kwargs)
+    with pytest.raises(ValueError, match="same folder"):
+        data.split_image_folder(src, tmp_path / "same", tmp_path / "same", 1)
+    with pytest.raises(ValueError, match="inside"):
+        data.split_image_folder(src, src / "train", tmp_path / "te", 1)
+    with pytest.raises(ValueError, match="inside"):
+        data.split_image_folder(src, tmp_path / "tr", tmp_path, 1)
+    with pytest.raises(TypeError, match="src"):
+        data.split_image_folder(None, tmp_path / "tr", tmp_path / "te", 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all"]
+    assert sorted(p.name for p in src.iterdir()) == ["ab", "b"]
+
+
+def test_paths_and_flags_of_the_dataset_functions_are_checked(tmp_path):
+    for call in (
+        lambda: data.data_dir(5),
+        lambda: data.check_image_folder(None),
+        lambda: data.digits_image_folder(root=3.5),
+    ):
+        with pytest.raises(TypeError, match="must be a path"):
+            call()
+    for kwargs, name in [
+        (dict(seed="a"), "seed"),
+        (dict(seed=None), "seed"),
+    ]:
+        with pytest.raises(TypeError, match=name):
+            data.digits_image_folder(tmp_path, **kwargs)
+    for kwargs, name in [
+        (dict(source="x"), "source"),
+        (dict(progress="no"), "progress"),
+        (dict(keep_background=1), "keep_background"),
+        (dict(seed=None), "seed"),
+    ]:
+        with pytest.raises(TypeError, match=name):
+            data.caltech101(tmp_path, **kwargs)
+    assert list(tmp_path.iterdir()) == []

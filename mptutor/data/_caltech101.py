@@ -8,6 +8,7 @@ from importlib.util import find_spec
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mptutor.checks import check_type
 from mptutor.data._image_folders import build_split, check_image_folder, check_test_per_class
 from mptutor.data._store import (
     ENV_VAR,
@@ -15,6 +16,7 @@ from mptutor.data._store import (
     DatasetFolders,
     StrPath,
     building,
+    check_seed,
     complete_split,
     make_root,
     read_marker,
@@ -266,8 +268,15 @@ def caltech101(
     ValueError, TypeError
         If ``test_per_class`` is not a usable test size: an int of at least 1 or a float
         strictly between 0 and 1.
+    TypeError
+        If ``seed`` is not an int, ``progress`` or ``keep_background`` not a bool, ``source``
+        not an :class:`ArchiveSource` or ``root`` not a path. Nothing is downloaded then.
     """
     test_per_class = check_test_per_class(test_per_class)
+    seed = check_seed(seed)
+    check_type(progress, "progress", bool, "True or False")
+    check_type(keep_background, "keep_background", bool, "True or False")
+    check_type(source, "source", ArchiveSource, "an ArchiveSource (CALTECH101 by default)")
     root_path = make_root(root)
     base = root_path / "caltech101"
     split_name = f"split-seed{seed}-test{test_per_class:g}" + ("" if keep_background else "-nobg")

@@ -8,6 +8,8 @@ from mptutor.data._store import (
     DatasetFolders,
     StrPath,
     building,
+    check_path,
+    check_seed,
     complete_split,
     finished_split,
     make_root,
@@ -52,9 +54,13 @@ def digits_image_folder(
     ValueError
         If ``size`` is below 8 or ``test_fraction`` is not strictly between 0 and 1.
     TypeError
-        If ``size`` is not an int or ``test_fraction`` not a number.
+        If ``size`` or ``seed`` is not an int, ``test_fraction`` not a number, or ``root`` not
+        a path.
     """
     size = check_scalar(size, "size (the image edge in pixels)", int, min_val=8)
+    seed = check_seed(seed)
+    if root is not None:
+        check_path(root, "root")
     test_fraction = check_scalar(
         test_fraction,
         "test_fraction (the test share of each class)",

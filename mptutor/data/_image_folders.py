@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from mptutor.atomic import atomic_dirs
-from mptutor.checks import check_scalar
+from mptutor.checks import check_scalar, check_type
 from mptutor.data._store import (
     ENV_VAR,
     DatasetFolders,
     StrPath,
     building,
+    check_path,
+    check_seed,
     finished_split,
     write_marker,
 )
@@ -37,9 +39,9 @@ def _images(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if _is_image(p))
 
 
-def _class_images(path: Path) -> dict[str, list[str]]:
+def _class_images(path: StrPath) -> dict[str, list[str]]:
     """Check a folder of class sub-folders and list the image files of each class."""
-    path = Path(path)
+    path = Path(check_path(path, "path"))
     if not path.exists():
         raise FileNotFoundError(
             f"image folder {path} does not exist. Check the path; for the datasets of "
@@ -85,6 +87,8 @@ def check_image_folder(path: StrPath) -> dict[str, int]:
 
     Raises
     ------
+    TypeError
+        If ``path`` is not a path.
     FileNotFoundError
         If the folder does not exist.
     NotADirectoryError
@@ -94,7 +98,7 @@ def check_image_folder(path: StrPath) -> dict[str, int]:
         files and folders (``.name``) and files other than ``.jpg``, ``.jpeg`` and ``.png`` are
         ignored.
     """
-    return {name: len(names) for name, names in _class_images(Path(path)).items()}
+    return {name: len(names) for name, names in _class_images(path).items()}
 
 
 def check_test_per_class(test_per_class: Any) -> int | float:
@@ -109,6 +113,16 @@ def check_test_per_class(test_per_class: Any) -> int | float:
         max_val=1,
         include_boundaries="neither",
     )
+
+
+def check_exclude(exclude: Any) -> list[str]:
+    """Check the classes to leave out: a list of names, not one name (its letters)."""
+    if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Iterable):
+        raise TypeError(f"exclude must be a list of class names, e.g. ['cat'], got {exclude!r}")
+    names = list(exclude)
+    for name in names:
+        check_type(name, "exclude's entries", str, "class names (str)")
+    return names
 
 
 def split_counts(plan: Plan) -> tuple[dict[str, int], dict[str, int]]:
@@ -225,15 +239,33 @@ def split_image_folder(
         If ``src`` is not a usable image folder (see :func:`check_image_folder`), or a class has
         too few images for the requested test size.
     TypeError
-        If ``test_per_class`` is not a number.
+        If a path is not a path, ``test_per_class`` is not a number, ``seed`` not an int, or
+        ``exclude`` not a list of class names.
+    ValueError
+        Also if ``train_dir`` and ``test_dir`` are one folder, or one of them and ``src`` lie
+        one inside the other.
 
     Notes
     -----
     Both folders are built in temporary folders next to them and renamed into place at the
     end (:func:`mptutor.atomic.atomic_dirs`), so a failure leaves neither behind.
     """
-    src, train_dir, test_dir = Path(src), Path(train_dir), Path(test_dir)
+    src, train_dir, test_dir = (
+        Path(check_path(p, name))
+        for p, name in ((src, "src"), (train_dir, "train_dir"), (test_dir, "test_dir"))
+    )
     test_per_class = check_test_per_class(test_per_class)
+    seed = check_seed(seed)
+    exclude = check_exclude(exclude)
+    here, train, test = src.resolve(), train_dir.resolve(), test_dir.resolve()
+    if train == test:
+        raise ValueError(f"train_dir and test_dir are the same folder, {train}")
+    for name, target in (("train_dir", train), ("test_dir", test)):
+        if target.is_relative_to(here) or here.is_relative_to(target):
+            raise ValueError(
+                f"{name} {target} and src {here} lie one inside the other; choose a folder "
+                "outside src, so that the split does not mix with its source"
+            )
     for target in (train_dir, test_dir):
         if target.exists():
             raise FileExistsError(

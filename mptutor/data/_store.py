@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mptutor.atomic import atomic_dir
+from mptutor.checks import check_scalar, check_type
 
 StrPath = str | os.PathLike[str]
 
@@ -124,9 +125,14 @@ def data_dir(root: StrPath | None = None) -> Path:
         of the project checkout when this package runs from one; else
         ``pooch.os_cache("mptutor")`` (e.g. ``~/.cache/mptutor`` on Linux). The folder is not
         created here.
+
+    Raises
+    ------
+    TypeError
+        If ``root`` is not a path.
     """
     if root is not None:
-        return Path(root).expanduser()
+        return Path(check_path(root, "root")).expanduser()
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         return Path(env).expanduser()
@@ -136,6 +142,16 @@ def data_dir(root: StrPath | None = None) -> Path:
     import pooch
 
     return Path(pooch.os_cache("mptutor"))
+
+
+def check_path(value: Any, name: str) -> StrPath:
+    """Check that ``value`` is a path (a str or an ``os.PathLike``)."""
+    return check_type(value, name, (str, os.PathLike), "a path (str or pathlib.Path)")
+
+
+def check_seed(seed: Any) -> int:
+    """Check a seed: an int (a NumPy int too), not a bool."""
+    return check_scalar(seed, "seed", int)
 
 
 def make_root(root: StrPath | None) -> Path:
