@@ -278,7 +278,6 @@ class MasterWeightOptimizer:
         flat_master: bool = False,
     ) -> None:
         check_type(model, "model", nn.Module, "a torch.nn.Module")
-        check_type(flat_master, "flat_master", bool, _FLAG)
         if loss_scaler is None:
             loss_scaler = DynamicLossScaler()
         check_type(loss_scaler, "loss_scaler", LossScaler, _SCALER)
@@ -297,9 +296,9 @@ class MasterWeightOptimizer:
                 "keeps FP32 master copies of float16/bfloat16 weights, so convert the model first "
                 "(mptutor.torch.network_to_half(model)) or train it in FP32 with torch.autocast"
             )
+        self.model_params, self.master_params = prep_param_lists(model_params, flat_master)
         self.model = model
         self.flat_master = flat_master
-        self.model_params, self.master_params = prep_param_lists(model_params, flat_master)
         self.loss_scaler: LossScaler = loss_scaler
         self.clip_norm = clip_norm
         self.optimizer = self._attach(optimizer)
