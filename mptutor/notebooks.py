@@ -70,7 +70,7 @@ def find_notebooks(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
     Parameters
     ----------
-    paths : iterable of path-like
+    paths : path-like or iterable of path-like
         Notebook files or folders holding them (not searched recursively).
 
     Returns
@@ -80,11 +80,17 @@ def find_notebooks(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
     Raises
     ------
+    TypeError
+        If ``paths`` is not a path or a list of paths.
     FileNotFoundError
         If a path does not exist, or a folder holds no notebook.
     ValueError
         If a file is not an ``.ipynb`` notebook.
     """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]  # one notebook or folder
+    elif not isinstance(paths, Iterable):
+        raise TypeError(f"paths must be notebooks or folders (a list of paths), got {paths!r:.80}")
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -266,7 +272,8 @@ def run_all(
     Raises
     ------
     FileNotFoundError, ValueError
-        If a path is not a notebook or a folder of notebooks (see :func:`find_notebooks`).
+        If a path is not a notebook or a folder of notebooks (see :func:`find_notebooks`), or
+        no path is given.
     NotADirectoryError
         If ``out_dir`` is a file. These are checked before any notebook runs.
     TypeError, ValueError
@@ -274,6 +281,8 @@ def run_all(
     """
     timeout = check_scalar(timeout, "timeout (seconds allowed per cell)", int, min_val=1)
     notebooks = find_notebooks(paths)
+    if not notebooks:
+        raise ValueError("no notebooks given: name notebooks or folders of notebooks")
     out = None if out_dir is None else Path(out_dir)
     if out is not None:
         if out.exists() and not out.is_dir():

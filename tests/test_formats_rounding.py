@@ -236,3 +236,11 @@ def test_subnormal_and_out_of_range_magnitudes(f, mantissa, shift):
     x = math.ldexp(mantissa, e) if mantissa else 0.0
     _check(x, f)
     _check(np.asarray([x, -x]).astype(np.float64)[0], f)
+
+
+def test_update_survives_names_shapes_that_do_not_match_and_keeps_nan_weights():
+    with pytest.raises(ValueError, match="weight and update"):
+        formats.update_survives([1.0, 2.0], [1.0, 2.0, 3.0], "fp16")
+    assert not formats.update_survives(math.nan, 1.0, "fp16")  # NaN stays NaN: unchanged
+    assert formats.update_survives(1.0, math.nan, "fp16")  # the weight becomes NaN
+    assert formats.update_survives(1.0, math.inf, "fp16")

@@ -139,3 +139,15 @@ def test_out_pointing_at_a_file_fails_before_any_notebook_runs(tmp_path, capsys)
     with pytest.raises(NotADirectoryError, match="build"):
         notebooks.run_all([nb], out_dir=taken)
     assert not (tmp_path / "ran.txt").exists()
+
+
+def test_one_path_may_be_given_alone_but_not_none(tmp_path):
+    nb = _notebook(tmp_path / "x.ipynb", "1")
+    assert notebooks.find_notebooks(str(nb)) == [nb] == notebooks.find_notebooks(nb)
+    with pytest.raises(FileNotFoundError, match="abc"):  # not "a"
+        notebooks.find_notebooks(str(tmp_path / "abc"))
+    with pytest.raises(TypeError, match="paths"):
+        notebooks.find_notebooks(None)
+    with pytest.raises(ValueError, match="no notebooks"):
+        notebooks.run_all([], out_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

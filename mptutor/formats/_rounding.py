@@ -159,7 +159,15 @@ def update_survives(weight: Any, update: Any, fmt: Any) -> np.ndarray | np.bool_
     Returns
     -------
     numpy.ndarray of bool or numpy.bool_
-        ``True`` where the update changed the stored weight.
+        ``True`` where the update changed the stored weight (a NaN weight never changes; an
+        inf or NaN update changes a finite one).
+
+    Raises
+    ------
+    ValueError
+        If ``weight`` and ``update`` do not broadcast together, or the format is unknown.
+    TypeError
+        If they are not real numbers.
 
     Examples
     --------
@@ -169,11 +177,17 @@ def update_survives(weight: Any, update: Any, fmt: Any) -> np.ndarray | np.bool_
     f = get(fmt)
     w = np.asarray(round_to(weight, f), dtype=np.float64)
     dw = np.asarray(round_to(update, f), dtype=np.float64)
+    try:
+        np.broadcast_shapes(w.shape, dw.shape)
+    except ValueError:
+        raise ValueError(
+            f"weight and update must broadcast together, got shapes {w.shape} and {dw.shape}"
+        ) from None
     # A float64 sum of two values of at most 24 significant bits rounds at most once more,
     # and rounding that float64 to a format of p <= 24 bits gives the correctly rounded sum.
     total = np.asarray(round_to(w + dw, f), dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        changed = total != w
+        changed = (total != w) & ~(np.isnan(total) & np.isnan(w))  # a NaN weight stays NaN
     return changed[()] if changed.ndim == 0 else changed
 
 
