@@ -314,3 +314,9 @@ def test_dtype_name_spells_numpy_ml_dtypes_and_strings():
     for bad in (object(), None):
         with pytest.raises(TypeError, match="has no dtype"):
             formats.dtype_name(bad)
+
+
+def test_table_takes_one_format_alone_but_not_a_number():
+    assert [row["format"] for row in formats.table("bf16").rows] == ["bf16"]  # not "b", "f", ...
+    with pytest.raises(ValueError, match="unknown floating-point format 5"):
+        formats.table(5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +225,8 @@ def table(fmts: Any = None) -> Table:
         :attr:`Format.lost_update_ratio`: at or below the first an update ``dw`` added to a
         weight ``w`` is always lost, at or below the second it can be (depending on ``w``).
     """
+    if isinstance(fmts, (str, Format)) or not (fmts is None or isinstance(fmts, Iterable)):
+        fmts = [fmts]  # one format alone
     chosen = all_formats() if fmts is None else [get(f) for f in fmts]
     rows = [
         {
