@@ -58,7 +58,7 @@ def atomic_path(path: StrPath) -> Iterator[Path]:
     IsADirectoryError
         If ``path`` is a folder.
     """
-    target = Path(path)
+    target = Path(check_type(path, "path", (str, os.PathLike), "a path"))
     if target.is_dir():
         raise IsADirectoryError(f"{target.resolve()} is a folder; give the path of a file")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ def atomic_dirs(paths: Sequence[StrPath], *, clear_leftovers: bool = False) -> I
     """
     if isinstance(paths, (str, os.PathLike)):
         raise TypeError(f"paths must be a list of folders, got one: {paths!r}; use atomic_dir")
-    targets = [Path(p) for p in paths]
+    targets = [Path(check_type(p, "paths' entries", (str, os.PathLike), "paths")) for p in paths]
     if len({t.resolve() for t in targets}) < len(targets):
         raise ValueError(f"a folder is given twice in {[str(t) for t in targets]}")
     tmps: list[Path] = []

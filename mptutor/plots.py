@@ -459,6 +459,9 @@ def loss_curves(
     if not isinstance(curves, Mapping) or not curves:
         raise TypeError(f"curves must be a non-empty dict of label to losses, got {curves!r:.80}")
     losses = {label: _numbers(v, f"curves[{label!r}]") for label, v in curves.items()}
+    empty = [label for label, loss in losses.items() if not loss.size]
+    if empty:
+        raise ValueError(f"curves {empty} hold no losses: nothing to draw")
     fig, ax = _axes(ax, (8, 3.6))
     styles = ("-", "--", "-.", ":")
     for i, (label, loss) in enumerate(losses.items()):

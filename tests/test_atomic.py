@@ -106,3 +106,11 @@ def test_atomic_dirs_refuses_one_path_and_the_same_path_twice(tmp_path):
         with atomic_dirs([tmp_path / "x", tmp_path / "y" / ".." / "x"]):
             pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_paths_that_are_not_paths_are_named():
+    with pytest.raises(TypeError, match="path must be a path"):
+        write_text(None, "x")
+    with pytest.raises(TypeError, match="paths' entries"):
+        with atomic_dirs([None]):
+            pass

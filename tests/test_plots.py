@@ -223,3 +223,8 @@ def test_gradient_histogram_and_loss_scale_trace_check_what_they_draw():
 def test_loss_curves_needs_runs_of_numbers(curves):
     with pytest.raises((TypeError, ValueError), match="curves"):
         plots.loss_curves(curves)
+
+
+def test_loss_curves_refuses_a_run_without_losses():
+    with pytest.raises(ValueError, match="hold no losses"):
+        plots.loss_curves({"a": [1.0], "b": []})
