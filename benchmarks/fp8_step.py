@@ -7,8 +7,9 @@ with GELU) from FP32 master weights with AdamW, under ``torch.autocast(dtype=tor
 - ``bf16``: autocast as it is, every matrix product in BF16;
 - ``fp8``: every ``nn.Linear`` replaced by ``mptutor.torch.FP8Linear`` (``to_fp8``): input and
   weight in E4M3, the output gradient in E5M2, delayed scaling (amax window of
-  --history-len), products through ``torch._scaled_mm``; attention, LayerNorm and GELU stay as
-  autocast runs them.
+  --history-len), products through ``torch._scaled_mm``, the forward one with
+  ``use_fast_accum`` unless --no-fast-accum; attention, LayerNorm and GELU stay as autocast
+  runs them.
 
 Timing: for each width the two variants alternate in rounds, so that drift of the machine hits
 both alike; each timed step (forward, backward, optimizer) is bracketed by device syncs.
@@ -72,7 +73,9 @@ def build(variant: str, width: int, args: argparse.Namespace, device: torch.devi
     torch.manual_seed(0)
     model = nn.Sequential(*[Block(width, args.heads) for _ in range(args.layers)]).to(device)
     if variant == "fp8":
-        mpt.to_fp8(model, scaling="delayed", history_len=args.history_len)
+        mpt.to_fp8(
+            model, scaling="delayed", history_len=args.history_len, fast_accum=args.fast_accum
+        )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     forward = torch.compile(model) if args.compiled else model
 
@@ -132,6 +135,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seq", type=int, default=None, help="sequence length")
     parser.add_argument("--history-len", type=int, default=16, help="delayed-scaling window")
     parser.add_argument(
+        "--fast-accum",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="use_fast_accum for the forward FP8 product (torchao's default; the gradients' "
+        "products never use it)",
+    )
+    parser.add_argument(
         "--compile", choices=("off", "on", "both"), default=None,
         help="torch.compile both models (default: both on a GPU, off on a CPU)",
     )  # fmt: skip
@@ -177,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         "autocast; fp8: nn.Linear -> mptutor.torch.FP8Linear, delayed scaling",
         "timing": "wall clock between device syncs, one step per sample",
         "history_len": args.history_len,
+        "fast_accum_forward": args.fast_accum,
         "rounds": args.rounds,
         "iters_per_round": args.iters,
         "warmup": args.warmup,

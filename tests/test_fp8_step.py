@@ -44,6 +44,7 @@ def test_smoke_run_writes_a_record_into_the_folder_given(tmp_path, capsys):
     assert all(len(r["times_s"]) == 2 and r["median_s"] > 0 for r in rows)
     assert rows[1]["speedup_vs_bf16"] == pytest.approx(rows[0]["median_s"] / rows[1]["median_s"])
     assert data["best_speedup_fp8_vs_bf16"] == rows[1]["speedup_vs_bf16"]
+    assert data["fast_accum_forward"] is True and data["history_len"] == 16
     assert all(all(map(torch.isfinite, map(torch.tensor, r["warmup_losses"]))) for r in rows)
 
 
@@ -51,3 +52,12 @@ def test_without_out_nothing_is_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _script().main(["--smoke", "--widths", "16", "--iters", "1"])
     assert "saved" not in capsys.readouterr().out and not list(tmp_path.iterdir())
+
+
+@pytest.mark.gpu
+def test_smoke_run_on_a_gpu_takes_the_cuda_path(tmp_path):
+    _script().main(["--smoke", "--device", "cuda", "--widths", "64", "--out", str(tmp_path)])
+    (path,) = tmp_path.glob("*.json")
+    data = bench.load_result(path)["data"]
+    assert data["device"].startswith("cuda") and data["gpu"]
+    assert {r["compiled"] for r in data["rows"]} == {False, True}  # both, by default on a GPU
