@@ -1,14 +1,10 @@
 """FP8 and block scaling, framework-free (NumPy and ml_dtypes).
 
-A per-tensor scale from the tensor's largest magnitude (its *amax*) maps it onto an 8-bit
-format's largest value; it multiplies before the cast, as in Transformer Engine:
-``q = fmt(x * scale)``, ``x ~ q / scale``. Block scaling gives each block of 32 (MX) or 16
-(NVFP4) values its own scale, stored the other way round as those formats define it:
-``x ~ element * scale``. :func:`scale_from_amax`, :func:`quantize`, :func:`dequantize` (current
-scaling, saturating on every library), :class:`DelayedScaling`, :func:`mx_quantize` /
-:func:`mx_dequantize` (OCP MX, E8M0 scales) and :func:`nvfp4_quantize` /
-:func:`nvfp4_dequantize`. Formats are named as in :mod:`mptutor.formats`; FP6, FP4 and E8M0
-need ml_dtypes 0.5 or newer.
+A per-tensor scale maps a tensor's largest magnitude (its *amax*) onto the format's largest
+value and multiplies before the cast, as in Transformer Engine: ``q = fmt(x * scale)``,
+``x ~ q / scale``. Block scales (MX: 32 values, NVFP4: 16) are stored the other way round, as
+those formats define them: ``x ~ element * scale``. Formats are named as in
+:mod:`mptutor.formats`; FP6, FP4 and E8M0 need ml_dtypes 0.5 or newer.
 
 Examples
 --------
@@ -53,10 +49,7 @@ def _format(fmt: Any, name: str, allowed: tuple[str, ...] | None = None) -> form
         found = None
     if found is None or found.name not in allowed:
         old = "" if hasattr(ml_dtypes, "float4_e2m1fn") else "; FP6/FP4 need ml_dtypes >= 0.5"
-        raise ValueError(
-            f"{name} must be one of {', '.join(allowed)} (or another spelling from "
-            f"mptutor.formats.SPELLINGS), got {fmt!r}{old}"
-        )
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {fmt!r}{old}")
     return found
 
 
@@ -95,22 +88,12 @@ def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -
     margin : int, optional
         Powers of two of headroom kept below the format's largest value.
     previous : float or array_like, optional
-        Returned where ``amax`` is 0 or not finite (positive and finite).
+        Positive and finite: returned where ``amax`` is 0 or not finite.
 
     Returns
     -------
     float or numpy.ndarray
         The scale (float64), at most the largest float32; a float for a scalar ``amax``.
-
-    Raises
-    ------
-    ValueError
-        For a format without sign, a negative ``margin`` or ``amax``, a bad ``previous``.
-
-    Examples
-    --------
-    >>> scale_from_amax(2.0, "fp8_e4m3"), scale_from_amax(0.0, "fp8_e4m3", previous=8.0)
-    (224.0, 8.0)
     """
     f = _format(fmt, "fmt")
     margin = check_scalar(margin, "margin", int, min_val=0)
@@ -128,9 +111,9 @@ def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -
 def quantize(x: Any, fmt: Any, scale: Any) -> np.ndarray:
     """Cast ``x * scale`` to a format, rounding to nearest even and saturating at +-max.
 
-    The product is formed in float32 (float64 for float64 or integer ``x``) and clipped to the
-    format's largest finite value before the cast, so an overflow gives +-max on every library
-    and version (their casts differ: NaN, +-max or inf). NaN stays NaN.
+    The product (float32; float64 for float64 or integer ``x``) is clipped to the format's
+    largest finite value before the cast, so an overflow gives +-max with every library and
+    version (their casts differ: NaN, +-max or inf). NaN stays NaN; FP6 and FP4 refuse it.
 
     Parameters
     ----------
@@ -145,11 +128,6 @@ def quantize(x: Any, fmt: Any, scale: Any) -> np.ndarray:
     -------
     numpy.ndarray
         The values in the format's dtype (ml_dtypes for FP8, FP6, FP4).
-
-    Raises
-    ------
-    ValueError
-        For a format without sign, a scale not positive and finite, or NaN in FP6 or FP4.
     """
     f = _format(fmt, "fmt")
     s = _scales(scale, "scale")
@@ -175,7 +153,8 @@ def dequantize(q: Any, scale: Any) -> np.ndarray:
 
     Returns
     -------
-    numpy.ndarray of float32
+    numpy.ndarray
+        float32, the shape of ``q`` (broadcast against ``scale``).
     """
     s = _scales(scale, "scale")
     return _real_array(q, "q").astype(np.float32) / np.asarray(s, dtype=np.float32)
@@ -197,7 +176,7 @@ class DelayedScaling:
     history_len : int, optional
         Length of the amax window.
     algo : {"max", "most_recent"}, optional
-        How the window gives the amax the next scale is computed from.
+        Which amax of the window the next scale is computed from.
     margin : int, optional
         Powers of two of headroom (see :func:`scale_from_amax`).
 
@@ -226,9 +205,8 @@ class DelayedScaling:
     @property
     def amax(self) -> float:
         """The amax the current scale was computed from (0 before the first update)."""
-        if not self._window:
-            return 0.0
-        return max(self._window) if self.algo == "max" else self._window[-1]
+        window = self._window or [0.0]
+        return max(window) if self.algo == "max" else window[-1]
 
     def update(self, amax: Any) -> float:
         """Record a step's amax and compute the scale for the next step.
@@ -236,7 +214,7 @@ class DelayedScaling:
         Parameters
         ----------
         amax : float
-            Largest magnitude of the tensor this step (0, inf or NaN keep the scale).
+            The tensor's largest magnitude this step (0, inf or NaN keep the scale).
 
         Returns
         -------
@@ -255,9 +233,9 @@ class DelayedScaling:
 
     def __repr__(self) -> str:
         return (
-            f"DelayedScaling({self.format.name}, history_len={self.history_len}, "
-            f"algo={self.algo!r}, margin={self.margin}, scale={self.scale:.6g}, "
-            f"steps in window={len(self._window)})"
+            f"DelayedScaling({self.format.name}, history_len={self.history_len}, algo="
+            f"{self.algo!r}, margin={self.margin}, scale={self.scale:.6g}, "
+            f"amaxes in window={len(self._window)})"
         )
 
 
@@ -276,20 +254,19 @@ def mx_quantize(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Quantize to OCP Microscaling (MX): one power-of-two E8M0 scale per block of values.
 
-    Each block of ``block`` consecutive values along the last axis shares the scale ``2**e``.
-    With ``"floor"`` (the OCP MX rule) ``e = floor(log2(amax)) - emax``, ``emax`` the exponent
-    of the element format's largest binade: the block's amax lands in the top binade, and values
-    beyond the largest element saturate. With ``"rceil"`` ``e`` is the smallest exponent with
-    ``amax / 2**e <= max``: nothing saturates. ``e`` is clipped to E8M0's ``[-127, 127]``, so
-    an all-zero block gets the scale ``2**-127``. A block that holds a NaN or an infinity gets a
-    NaN scale: all its values dequantize to NaN.
+    Each block of ``block`` values along the last axis shares the scale ``2**e``. ``"floor"``
+    (the OCP MX rule): ``e = floor(log2(amax)) - emax``, ``emax`` the exponent of the element
+    format's largest binade; values past the largest element saturate. ``"rceil"``: the
+    smallest ``e`` with ``amax / 2**e <= max``; nothing saturates. ``e`` is clipped to E8M0's
+    ``[-127, 127]`` (an all-zero block gets ``2**-127``); a block holding a NaN or an infinity
+    gets a NaN scale, so all its values dequantize to NaN.
 
     Parameters
     ----------
     x : array_like
         Values (taken in float32); the last axis a multiple of ``block``.
     elem_fmt : str or dtype
-        Element format: ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e2m3``, ``fp6_e3m2`` or ``fp4_e2m1``.
+        ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e2m3``, ``fp6_e3m2`` or ``fp4_e2m1``.
     block : int, optional
         Values per block (32 in the MX formats).
     scale_rounding : {"floor", "rceil"}, optional
@@ -298,14 +275,9 @@ def mx_quantize(
     Returns
     -------
     elements : numpy.ndarray
-        ``x / scale`` rounded to the element format, the shape of ``x``.
+        ``x / scale`` rounded to the element format, saturating; the shape of ``x``.
     scales : numpy.ndarray of float8_e8m0fnu
         One per block: shape ``x.shape[:-1] + (x.shape[-1] // block,)``.
-
-    Raises
-    ------
-    ValueError
-        For another element format or rounding, or a last axis not a multiple of ``block``.
     """
     f = _format(elem_fmt, "elem_fmt", ELEMENT_FORMATS)
     block = check_scalar(block, "block", int, min_val=1)
@@ -335,11 +307,8 @@ def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
 
     Parameters
     ----------
-    elements : array_like
-        Elements in any format, e.g. from :func:`mx_quantize`.
-    scales : array_like
-        One scale per block (E8M0, E4M3 or any real dtype), shape
-        ``elements.shape[:-1] + (elements.shape[-1] // block,)``.
+    elements, scales : array_like
+        As :func:`mx_quantize` returns them (any real or ml_dtypes dtype): one scale per block.
     block : int, optional
         Values per block.
 
@@ -362,10 +331,10 @@ def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
 def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
     """Quantize to NVFP4: FP4 (E2M1) elements, an E4M3 scale per 16 values, one FP32 scale.
 
-    The tensor scale ``amax / (6 * 448)`` (6 and 448: the largest FP4 and E4M3 values) brings
-    the block scales ``block amax / 6 / tensor scale`` into E4M3's range, where they are rounded
-    to nearest; each element is ``x / (block scale * tensor scale)`` rounded to FP4, saturating.
-    A block that holds a NaN or an infinity gets a NaN block scale.
+    The tensor scale ``amax / (6 * 448)`` (the largest FP4 and E4M3 values) brings the block
+    scales ``block amax / 6 / tensor scale`` into E4M3, rounded to nearest; each element is
+    ``x / (block scale * tensor scale)`` rounded to FP4, saturating. A block holding a NaN or an
+    infinity gets a NaN block scale.
 
     Parameters
     ----------
@@ -374,12 +343,9 @@ def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
 
     Returns
     -------
-    elements : numpy.ndarray of float4_e2m1fn
-        The shape of ``x``.
-    block_scales : numpy.ndarray of float8_e4m3fn
-        One per block of 16 along the last axis.
-    tensor_scale : numpy.float32
-        ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros).
+    elements, block_scales, tensor_scale : numpy.ndarray, numpy.ndarray, numpy.float32
+        FP4 elements (the shape of ``x``), one E4M3 scale per 16 values along the last axis,
+        and ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros).
     """
     fp4 = _format("fp4_e2m1", "elem_fmt", ELEMENT_FORMATS)
     v = _blocks(x, _NVFP4_BLOCK)
@@ -402,11 +368,6 @@ def nvfp4_dequantize(elements: Any, block_scales: Any, tensor_scale: Any) -> np.
     ----------
     elements, block_scales, tensor_scale
         The three parts :func:`nvfp4_quantize` returns.
-
-    Returns
-    -------
-    numpy.ndarray of float32
-        The shape of ``elements``.
     """
     scale = np.float32(
         check_scalar(tensor_scale, "tensor_scale", min_val=0, include_boundaries="neither")

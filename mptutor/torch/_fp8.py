@@ -75,27 +75,21 @@ class _FP8Matmul(torch.autograd.Function):
 class FP8Linear(nn.Linear):
     """A linear layer whose matrix products run in FP8 through ``torch._scaled_mm``.
 
-    The forward pass casts the input and the weight (the FP32 master copy stays as it is) to
-    E4M3, each with its own per-tensor scale; the backward pass casts the output gradient to
-    ``grad_format`` (E5M2 by default: the hybrid recipe) and computes both gradients from the
-    saved FP8 operands. Casts saturate at the format's largest value. The scales (quantize with
-    ``x * scale``) follow ``scaling``:
-
-    - ``"none"``: scale 1, the tensor cast as it is;
-    - ``"current"``: ``max / amax`` of the tensor being cast (a full pass over it first);
-    - ``"delayed"``: :class:`mptutor.fp8.DelayedScaling` kept on the device (no host sync) in
-      the buffers ``<role>_scale`` and ``<role>_amax_history`` (newest last), roles ``input``,
-      ``weight`` and ``grad``: a step casts with the scale from the amaxes of the steps before.
-      A training forward records the input's and weight's amaxes after their casts; the output
-      gradient's amax joins its window at the next training forward.
+    The forward pass casts the input and the weight (the FP32 master copy stays) to E4M3, each
+    with its own per-tensor scale; the backward pass casts the output gradient to
+    ``grad_format`` (E5M2: the hybrid recipe) and computes both gradients from the saved FP8
+    operands. Casts saturate. Scales (``x * scale`` is cast) follow ``scaling``: ``"none"``
+    (1), ``"current"`` (``max / amax`` of the tensor being cast) or ``"delayed"``
+    (:class:`mptutor.fp8.DelayedScaling` on the device, no host sync, in the buffers
+    ``<role>_scale`` and ``<role>_amax_history``, newest last, for the roles ``input``,
+    ``weight`` and ``grad``: a training forward records the input's and weight's amaxes after
+    their casts, and the output gradient's amax joins its window at the next training forward).
 
     Parameters
     ----------
-    in_features, out_features : int
-        Sizes, as for :class:`torch.nn.Linear`. On a GPU, ``torch._scaled_mm`` needs them and
-        the number of input rows to be multiples of 16.
-    bias : bool, optional
-        Add a bias (in the output's dtype, outside the FP8 product).
+    in_features, out_features, bias
+        As for :class:`torch.nn.Linear` (the bias is added outside the FP8 product). On a GPU,
+        ``torch._scaled_mm`` wants the sizes and the number of input rows multiples of 16.
     scaling : {"delayed", "current", "none"}, optional
         How the scales are chosen.
     history_len : int, optional
@@ -167,11 +161,7 @@ class FP8Linear(nn.Linear):
                 self._record("grad", self.grad_amax)
                 self.grad_amax.zero_()
                 pending = self.grad_amax
-            sx, sw, sg = (
-                self.input_scale.clone(),
-                self.weight_scale.clone(),
-                self.grad_scale.clone(),
-            )
+            sx, sw, sg = self.input_scale, self.weight_scale, self.grad_scale  # never mutated
         else:
             sx = sw = sg = one
         out = _FP8Matmul.apply(x2, w, sx, sw, sg, pending, self)
@@ -193,8 +183,8 @@ class FP8Linear(nn.Linear):
 def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.Module:
     """Replace the model's :class:`torch.nn.Linear` layers by :class:`FP8Linear`, in place.
 
-    Each new layer takes over the old one's parameters (the same ``Parameter`` objects, so an
-    optimizer made before still updates them).
+    Each new layer takes over the old one's ``Parameter`` objects: an optimizer made before
+    still updates them.
 
     Parameters
     ----------
