@@ -1,4 +1,4 @@
-"""How close each module's outputs come to a 16-bit format's largest value, and stochastic rounding.
+"""How close each module's outputs come to a format's largest value, and stochastic rounding.
 
 Used through :mod:`mptutor.torch`::
 
