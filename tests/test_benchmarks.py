@@ -320,7 +320,7 @@ def _plan(*args, env=None):
         ["bash", str(PLAN), *args],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHON": sys.executable, **(env or {})},
+        env={**os.environ, "PYTHON": sys.executable, "GPU_PLAN_REHEARSE": "0", **(env or {})},
         timeout=300,
     )
 
