@@ -53,6 +53,10 @@ NBVAL := -p no:cacheprovider --nbval --nbval-current-env \
          --nbval-sanitize-with tests/nbval-sanitize.cfg --nbval-cell-timeout=900
 # Quiet the frameworks' C++ start-up logs in every process that make starts.
 export TF_CPP_MIN_LOG_LEVEL ?= 3
+# TensorFlow's own kernels, not its oneDNN ones: on CPUs with AVX512-FP16 (Intel Sapphire Rapids
+# and later) a mixed_float16 Dense training step took about 600 ms through oneDNN against 4 ms
+# without it, and oneDNN's results depend on the CPU's instruction set, which strict nbval compares.
+export TF_ENABLE_ONEDNN_OPTS ?= 0
 
 # GPU hosts: benchmarks/gpu-plan.sh does the work; its logs go to $(GPU_OUT).
 GPU_OUT ?= build/gpu
