@@ -4,7 +4,7 @@ Nothing here imports a deep-learning framework. Versions are read from the insta
 metadata. GPUs are found through PyTorch only when the caller has already imported PyTorch
 (it is then in ``sys.modules``, and its view of CUDA is the one that matters); otherwise
 ``nvidia-smi`` is asked, if it is on the PATH. ``MPTUTOR_DEVICE=cpu`` hides every GPU from the
-notebooks; it is read in :func:`device_override` and nowhere else.
+notebooks; it is read in ``_device_override`` and nowhere else.
 
 Examples
 --------
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -33,11 +34,7 @@ __all__ = [
     "HardwareReport",
     "report",
     "gpus",
-    "has_gpu",
     "pick",
-    "device_override",
-    "framework_versions",
-    "cpu_name",
     "cpu_features",
     "architecture",
 ]
@@ -198,7 +195,7 @@ class HardwareReport:
     @property
     def device(self) -> str:
         """``"cuda"`` with a GPU (unless ``MPTUTOR_DEVICE=cpu`` hides it), else ``"cpu"``."""
-        return "cuda" if self.gpus and device_override() != "cpu" else "cpu"
+        return "cuda" if self.gpus and _device_override() != "cpu" else "cpu"
 
     def summary(self) -> str:
         """One line naming the device that notebooks will use.
@@ -273,7 +270,7 @@ class HardwareReport:
         return "\n".join(lines)
 
 
-def device_override() -> str | None:
+def _device_override() -> str | None:
     """Return the device forced by the ``MPTUTOR_DEVICE`` environment variable, if any.
 
     Returns
@@ -310,7 +307,7 @@ def _distribution_version(import_name: str) -> str | None:
         return "unknown"
 
 
-def framework_versions(packages: tuple[str, ...] = REPORTED_PACKAGES) -> dict[str, str | None]:
+def _framework_versions(packages: tuple[str, ...] = REPORTED_PACKAGES) -> dict[str, str | None]:
     """Installed versions of the frameworks, read from package metadata (nothing is imported).
 
     Parameters
@@ -337,7 +334,7 @@ def framework_versions(packages: tuple[str, ...] = REPORTED_PACKAGES) -> dict[st
     return {name: _distribution_version(name) for name in names}
 
 
-def cpu_name() -> str:
+def _cpu_name() -> str:
     """Return the CPU model name.
 
     Returns
@@ -439,7 +436,7 @@ def gpus() -> list[GpuInfo]:
     return _gpus_from_nvidia_smi()
 
 
-def has_gpu() -> bool:
+def _has_gpu() -> bool:
     """Whether notebooks should take their GPU path.
 
     Returns
@@ -447,29 +444,52 @@ def has_gpu() -> bool:
     bool
         ``True`` when a CUDA GPU is present and ``MPTUTOR_DEVICE=cpu`` is not set.
     """
-    if device_override() == "cpu":
+    if _device_override() == "cpu":
         return False
     if "report" in _CACHE:
         return bool(_CACHE["report"].gpus)
     return bool(gpus())
 
 
-def pick(cpu: T, gpu: T) -> T:
+def pick(cpu: T, gpu: T, on: Any = None) -> T:
     """Choose a size by hardware: full size on a GPU, small on a CPU, same code path.
 
     Parameters
     ----------
     cpu : object
-        Value to use on a CPU-only machine (or with ``MPTUTOR_DEVICE=cpu``).
+        Value for the CPU path (a CPU-only machine, or ``MPTUTOR_DEVICE=cpu``).
     gpu : object
-        Value to use when a CUDA GPU is present.
+        Value for the GPU path.
+    on : object, optional
+        The device a framework computes on: a ``torch.device``, a TensorFlow device string
+        such as ``"/GPU:0"`` or an MXNet context. Given, ``gpu`` is chosen when that device is a
+        GPU, so a CPU-only build of a framework on a GPU machine gets the CPU sizes; without
+        it, when this machine has a CUDA GPU.
 
     Returns
     -------
     object
         ``gpu`` or ``cpu``.
+
+    Raises
+    ------
+    TypeError
+        If ``on`` is not a device, a device string or ``None``.
+
+    Examples
+    --------
+    >>> pick(cpu=32, gpu=256, on="/CPU:0")
+    32
     """
-    return gpu if has_gpu() else cpu
+    if on is None:
+        return gpu if _has_gpu() else cpu
+    kind = getattr(on, "device_type", None) or getattr(on, "type", None) or on  # MXNet, torch
+    if not isinstance(kind, str):
+        raise TypeError(
+            "on must be a torch.device, a TensorFlow device string or an MXNet context, "
+            f"not {type(on).__name__}"
+        )
+    return gpu if re.search(r"gpu|cuda", kind, re.IGNORECASE) else cpu
 
 
 _CACHE: dict[str, HardwareReport] = {}
@@ -502,11 +522,11 @@ def report(refresh: bool = False) -> HardwareReport:
     result = HardwareReport(
         python=platform.python_version(),
         system=f"{platform.system()} {platform.machine()}",
-        cpu=cpu_name(),
+        cpu=_cpu_name(),
         cpu_count=os.cpu_count() or 1,
         cpu_features=cpu_features(),
         gpus=gpu_list,
-        packages=framework_versions(),
+        packages=_framework_versions(),
         cuda=cuda if gpu_list else None,
         driver=driver_rows[0][0] if driver_rows else None,
     )

@@ -10,8 +10,8 @@ Use it the d2l way (this module imports TensorFlow and Keras; ``import mptutor``
 The names are those of the other framework adapters: :func:`device` (where TensorFlow
 computes; ``MPTUTOR_DEVICE=cpu`` forces the CPU), :func:`gradient_stats` (the TensorFlow side of
 :func:`mptutor.gradients.gradient_stats`) and :class:`LossScaledStep` (any
-:class:`mptutor.scaling.LossScaler`, ``clip_norm=``). :func:`gpu_available` and :func:`pick`
-choose sizes by whether TensorFlow itself can use a GPU.
+:class:`mptutor.scaling.LossScaler`, ``clip_norm=``). Sizes by where TensorFlow computes:
+``mptutor.hardware.pick(cpu=..., gpu=..., on=device())``.
 
 Import it before TensorFlow itself, so that TensorFlow's start-up messages stay out of notebook
 outputs: it sets ``TF_CPP_MIN_LOG_LEVEL=3`` (unless you set it yourself), which hides the C++
@@ -36,7 +36,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -76,59 +76,20 @@ from mptutor.checks import check_scalar, check_type, optional_positive  # noqa: 
 __all__ = [
     "LossScaledStep",
     "device",
-    "gpu_available",
     "gradient_stats",
-    "pick",
     "tf",
     "keras",
 ]
-
-T = TypeVar("T")
 
 #: The smallest normal float32: TensorFlow flushes smaller scales (subnormals) to zero.
 _SMALLEST_NORMAL = 2.0**-126
 
 
-def gpu_available() -> bool:
-    """Whether notebooks take their GPU path with TensorFlow here.
-
-    Returns
-    -------
-    bool
-        ``True`` when TensorFlow itself lists a GPU and ``MPTUTOR_DEVICE=cpu`` is not set (read
-        through :func:`mptutor.hardware.device_override`, the one place that reads it). A
-        machine with a GPU but a CPU-only TensorFlow build takes the CPU path; asking for
-        ``cuda`` cannot conjure a GPU either.
-
-    Raises
-    ------
-    ValueError
-        If ``MPTUTOR_DEVICE`` holds something other than ``cpu``, ``cuda`` or nothing.
-    """
-    if hardware.device_override() == "cpu":
+def _gpu_available() -> bool:
+    """Whether TensorFlow lists a GPU and ``MPTUTOR_DEVICE=cpu`` is not set."""
+    if hardware._device_override() == "cpu":
         return False
     return bool(tf.config.list_physical_devices("GPU"))
-
-
-def pick(cpu: T, gpu: T) -> T:
-    """Choose a size for a TensorFlow computation: ``gpu`` on the GPU path, else ``cpu``.
-
-    Like :func:`mptutor.hardware.pick`, but the GPU value is chosen only when TensorFlow itself
-    can use the GPU (:func:`gpu_available`), so a CPU-only TensorFlow never gets full sizes.
-
-    Parameters
-    ----------
-    cpu : object
-        The value for the CPU path.
-    gpu : object
-        The value for the GPU path.
-
-    Returns
-    -------
-    object
-        ``gpu`` or ``cpu``.
-    """
-    return gpu if gpu_available() else cpu
 
 
 def device() -> str:
@@ -136,7 +97,7 @@ def device() -> str:
 
     d2l's ``try_gpu`` idea, with this project's override: the GPU path needs a GPU that
     TensorFlow lists and no ``MPTUTOR_DEVICE=cpu`` (read through
-    :func:`mptutor.hardware.device_override`, the one place that reads it). On the CPU path
+    :func:`mptutor.hardware._device_override`, the one place that reads it). On the CPU path
     every GPU is hidden from TensorFlow, so that no operation lands on one by default. Call it
     once, before TensorFlow has run anything: devices cannot be hidden afterwards.
 
@@ -158,7 +119,7 @@ def device() -> str:
     >>> with mtf.tf.device(mtf.device()):
     ...     x = mtf.tf.ones(2)
     """
-    if gpu_available():
+    if _gpu_available():
         return "/GPU:0"
     if tf.config.list_physical_devices("GPU") and tf.config.get_visible_devices("GPU"):
         try:

@@ -111,7 +111,7 @@ def test_pick_does_not_build_the_report(monkeypatch):
 def test_a_bad_device_override_is_an_error(monkeypatch, value):
     monkeypatch.setenv("MPTUTOR_DEVICE", value)
     with pytest.raises(ValueError, match="MPTUTOR_DEVICE must be 'cpu' or 'cuda'"):
-        hardware.device_override()
+        hardware._device_override()
     with pytest.raises(ValueError, match="MPTUTOR_DEVICE"):
         hardware.pick(cpu=1, gpu=2)
 
@@ -137,12 +137,29 @@ def test_a_compute_capability_is_two_whole_numbers(bad):
 
 
 def test_framework_versions_takes_a_list_of_import_names():
-    assert hardware.framework_versions(["numpy"])["numpy"]
+    assert hardware._framework_versions(["numpy"])["numpy"]
     for bad in ("numpy", None, ["no.such"], [""], [5]):
         with pytest.raises((TypeError, ValueError), match="packages"):
-            hardware.framework_versions(bad)
+            hardware._framework_versions(bad)
 
 
 def test_report_refresh_is_a_bool():
     with pytest.raises(TypeError, match="refresh"):
         hardware.report(refresh="no")
+
+
+@pytest.mark.parametrize(
+    "on, expected",
+    [("/CPU:0", 32), ("/GPU:0", 256), ("/device:GPU:1", 256), ("cpu", 32), ("cuda:0", 256)],
+)
+def test_pick_by_a_framework_device(monkeypatch, on, expected):
+    monkeypatch.setenv("MPTUTOR_DEVICE", "cuda")  # the device given decides, not the machine
+    assert hardware.pick(cpu=32, gpu=256, on=on) == expected
+
+
+def test_pick_by_a_torch_device_and_a_bad_one():
+    torch = pytest.importorskip("torch")
+    assert hardware.pick(cpu=1, gpu=2, on=torch.device("cpu")) == 1
+    assert hardware.pick(cpu=1, gpu=2, on=torch.device("cuda", 0)) == 2
+    with pytest.raises(TypeError, match="on must be"):
+        hardware.pick(cpu=1, gpu=2, on=3)

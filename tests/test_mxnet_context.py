@@ -87,20 +87,18 @@ def test_context_follows_mptutor_device(monkeypatch):
 
 def test_context_reads_the_override_through_hardware(monkeypatch):
     monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 1)
-    monkeypatch.setattr(hardware, "device_override", lambda: "cpu")
+    monkeypatch.setattr(hardware, "_device_override", lambda: "cpu")
     assert mmx.context() == CPU
 
 
-def test_pick_asks_mxnet(monkeypatch):
-    assert mmx.pick(cpu=1, gpu=2, ctx=CPU) == 1
-    assert mmx.pick(cpu=1, gpu=2, ctx=mx.gpu(0)) == 2  # a Context, no GPU needed
+def test_hardware_pick_by_an_mxnet_context(monkeypatch):
+    assert hardware.pick(cpu=1, gpu=2, on=CPU) == 1
+    assert hardware.pick(cpu=1, gpu=2, on=mx.gpu(0)) == 2  # a Context, no GPU needed
     monkeypatch.setenv("MPTUTOR_DEVICE", "cpu")
-    assert mmx.pick(cpu="small", gpu="full") == "small"
+    assert hardware.pick(cpu="small", gpu="full", on=mmx.context()) == "small"
     monkeypatch.delenv("MPTUTOR_DEVICE")
     monkeypatch.setattr(mmx.mx.context, "num_gpus", lambda: 1)
-    assert mmx.pick(cpu="small", gpu="full") == "full"
-    with pytest.raises(TypeError, match="mx.cpu"):
-        mmx.pick(1, 2, ctx="gpu")
+    assert hardware.pick(cpu="small", gpu="full", on=mmx.context()) == "full"
 
 
 def test_check_dtype():

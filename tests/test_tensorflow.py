@@ -3,7 +3,7 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
 
-from mptutor import formats
+from mptutor import formats, hardware
 from mptutor import tensorflow as mtf
 from mptutor.scaling import DynamicLossScaler, LossScaler, ScaleHistory, StaticLossScaler
 
@@ -125,8 +125,8 @@ def test_bad_arguments():
 
 
 def test_this_cpu_machine_takes_the_cpu_path():
-    assert not mtf.gpu_available()  # a CPU-only TensorFlow here
-    assert mtf.pick(cpu=16, gpu=256) == 16
+    assert not mtf._gpu_available()  # a CPU-only TensorFlow here
+    assert hardware.pick(cpu=16, gpu=256, on=mtf.device()) == 16
     assert mtf.device() == "/CPU:0"
 
 
@@ -139,7 +139,7 @@ def _fake_tensorflow_gpu(monkeypatch, override, tf_sees_gpu, visible=True, hide_
             raise hide_error
         hidden.append((devices, kind))
 
-    monkeypatch.setattr(mtf.hardware, "device_override", lambda: override)
+    monkeypatch.setattr(mtf.hardware, "_device_override", lambda: override)
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpu)
     monkeypatch.setattr(tf.config, "get_visible_devices", lambda kind=None: gpu if visible else [])
     monkeypatch.setattr(tf.config, "set_visible_devices", set_visible_devices)
@@ -149,16 +149,16 @@ def _fake_tensorflow_gpu(monkeypatch, override, tf_sees_gpu, visible=True, hide_
 def test_gpu_path_needs_a_gpu_that_tensorflow_can_use(monkeypatch):
     for override in (None, "cuda"):
         hidden = _fake_tensorflow_gpu(monkeypatch, override, tf_sees_gpu=True)
-        assert mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 256
+        assert mtf._gpu_available() and hardware.pick(cpu=16, gpu=256, on=mtf.device()) == 256
         assert mtf.device() == "/GPU:0" and not hidden
         _fake_tensorflow_gpu(monkeypatch, override, tf_sees_gpu=False)  # a CPU-only TensorFlow
-        assert not mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 16
+        assert not mtf._gpu_available() and hardware.pick(cpu=16, gpu=256, on=mtf.device()) == 16
         assert mtf.device() == "/CPU:0"  # asking for cuda cannot conjure a GPU
 
 
 def test_cpu_path_hides_the_gpus_from_tensorflow(monkeypatch):
     hidden = _fake_tensorflow_gpu(monkeypatch, "cpu", tf_sees_gpu=True)  # MPTUTOR_DEVICE=cpu
-    assert not mtf.gpu_available() and mtf.pick(cpu=16, gpu=256) == 16
+    assert not mtf._gpu_available()
     assert mtf.device() == "/CPU:0" and hidden == [([], "GPU")]
     hidden = _fake_tensorflow_gpu(monkeypatch, "cpu", tf_sees_gpu=True, visible=False)
     assert mtf.device() == "/CPU:0" and not hidden  # already hidden: nothing to do
@@ -171,8 +171,8 @@ def test_cpu_path_hides_the_gpus_from_tensorflow(monkeypatch):
 
 def test_device_reads_the_override_only_through_hardware(monkeypatch):
     monkeypatch.setenv("MPTUTOR_DEVICE", "tpu")  # would raise if read anywhere else
-    monkeypatch.setattr(mtf.hardware, "device_override", lambda: "cpu")
-    assert mtf.device() == "/CPU:0" and not mtf.gpu_available()
+    monkeypatch.setattr(mtf.hardware, "_device_override", lambda: "cpu")
+    assert mtf.device() == "/CPU:0" and not mtf._gpu_available()
     monkeypatch.undo()
     monkeypatch.setenv("MPTUTOR_DEVICE", "tpu")
     with pytest.raises(ValueError, match="MPTUTOR_DEVICE"):

@@ -418,7 +418,7 @@ def test_device_reads_the_override_only_through_hardware(monkeypatch):
     from mptutor import hardware
 
     monkeypatch.setenv("MPTUTOR_DEVICE", "tpu")  # would raise if read anywhere else
-    monkeypatch.setattr(hardware, "device_override", lambda: "cpu")
+    monkeypatch.setattr(hardware, "_device_override", lambda: "cpu")
     assert mpt.device() == "cpu"
 
 

@@ -33,7 +33,7 @@ This file only gathers the public names. The code lives in private modules, one 
     ``mmx.vision`` are these modules.
 ``_context``
     Where and in which type: :func:`seed`, :func:`context` (the GPU MXNet sees unless
-    ``MPTUTOR_DEVICE=cpu``), :func:`pick`, :func:`check_dtype`, :data:`DTYPES`.
+    ``MPTUTOR_DEVICE=cpu``; sizes by it: ``hardware.pick(..., on=context())``), :func:`check_dtype`, :data:`DTYPES`.
 ``_amp``
     bfloat16 through MXNet AMP: :func:`probe_bf16`, :func:`bf16_supported`,
     :func:`amp_initialized`, and ``amp.init`` done once.
@@ -77,7 +77,7 @@ from mptutor.mxnet._checkpoints import (
     master_weights,
     save_master_weights,
 )
-from mptutor.mxnet._context import DTYPES, NO_FP16_ON_CPU, check_dtype, context, pick, seed
+from mptutor.mxnet._context import DTYPES, NO_FP16_ON_CPU, check_dtype, context, seed
 from mptutor.mxnet._evaluation import evaluate, predict, refresh_statistics
 from mptutor.mxnet._history import EpochStats, History
 
@@ -112,7 +112,6 @@ __all__ = [
     "OptimizerTrial",
     "seed",
     "context",
-    "pick",
     "check_dtype",
     "probe_bf16",
     "bf16_supported",

@@ -1,9 +1,9 @@
-"""Where MXNet computes and in which type: seeds, the context, sizes by context, dtype checks."""
+"""Where MXNet computes and in which type: seeds, the context, dtype checks."""
 
 from __future__ import annotations
 
 import random
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -11,9 +11,7 @@ from mptutor import formats, hardware
 from mptutor.checks import check_scalar
 from mptutor.mxnet._imports import mx
 
-__all__ = ["DTYPES", "NO_FP16_ON_CPU", "seed", "context", "pick", "check_dtype"]
-
-T = TypeVar("T")
+__all__ = ["DTYPES", "NO_FP16_ON_CPU", "seed", "context", "check_dtype"]
 
 #: Data types that :func:`~mptutor.mxnet.get_network` and :func:`~mptutor.mxnet.train` accept,
 #: spelled as :func:`mptutor.formats.dtype_name` spells them.
@@ -61,7 +59,7 @@ def context() -> mx.Context:
     """Return the context the notebooks train on: the first GPU MXNet sees, else the CPU.
 
     d2l's ``try_gpu`` idea, with this project's override: ``MPTUTOR_DEVICE=cpu`` forces the CPU
-    (read through :func:`mptutor.hardware.device_override`, the one place that reads it). It asks
+    (read through :func:`mptutor.hardware._device_override`, the one place that reads it). It asks
     MXNet itself, so a CPU build of MXNet on a GPU machine gives the CPU; asking for ``cuda``
     cannot conjure a GPU either.
 
@@ -75,14 +73,14 @@ def context() -> mx.Context:
     ------
     ValueError
         If ``MPTUTOR_DEVICE`` is set to neither ``cpu`` nor ``cuda`` (see
-        :func:`mptutor.hardware.device_override`).
+        :func:`mptutor.hardware._device_override`).
 
     Examples
     --------
     >>> from mptutor import mxnet as mmx  # doctest: +SKIP
     >>> x = mmx.mx.nd.ones((2,), ctx=mmx.context())  # doctest: +SKIP
     """
-    if hardware.device_override() == "cpu":
+    if hardware._device_override() == "cpu":
         return mx.cpu()
     try:
         count = mx.context.num_gpus()
@@ -130,33 +128,6 @@ def resolve_context(ctx: Any) -> mx.Context:
     if not isinstance(ctx, mx.Context):
         raise TypeError(f"ctx={ctx!r}: give an mxnet Context such as mx.cpu() or mx.gpu(0)")
     return ctx
-
-
-def pick(cpu: T, gpu: T, ctx: mx.Context | None = None) -> T:
-    """Choose a setting by where MXNet computes: full size on a GPU, small on a CPU.
-
-    :func:`mptutor.hardware.pick` asks whether the machine has a GPU; MXNet also needs its own
-    CUDA build to use one. This asks MXNet, through :func:`context`, so that a CPU build of
-    MXNet on a GPU machine takes the CPU sizes.
-
-    Parameters
-    ----------
-    cpu, gpu : object
-        The values for a CPU context and for a GPU context.
-    ctx : mxnet.Context, optional
-        The context to decide by; default :func:`context`.
-
-    Returns
-    -------
-    object
-        ``gpu`` when the context is a GPU, else ``cpu``.
-
-    Raises
-    ------
-    TypeError
-        If ``ctx`` is neither ``None`` nor an MXNet context.
-    """
-    return gpu if is_gpu(resolve_context(ctx)) else cpu
 
 
 def check_dtype(dtype: Any, ctx: mx.Context | None = None) -> str:

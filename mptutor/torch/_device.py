@@ -13,7 +13,7 @@ def device() -> str:
     """Return ``"cuda"`` when PyTorch sees a CUDA GPU that ``MPTUTOR_DEVICE`` does not hide.
 
     d2l's ``try_gpu`` idea, with this project's override: ``MPTUTOR_DEVICE=cpu`` forces the CPU
-    (read through :func:`mptutor.hardware.device_override`, the one place that reads it). Asking
+    (read through :func:`mptutor.hardware._device_override`, the one place that reads it). Asking
     for ``cuda`` cannot conjure a GPU: without one the answer is still ``"cpu"``.
 
     Returns
@@ -32,6 +32,6 @@ def device() -> str:
     >>> from mptutor import torch as mpt
     >>> x = torch.ones(2, device=mpt.device())
     """
-    if hardware.device_override() == "cpu":
+    if hardware._device_override() == "cpu":
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
