@@ -33,7 +33,8 @@ This file only gathers the public names. The code lives in private modules, one 
     ``mmx.vision`` are these modules.
 ``_context``
     Where and in which type: :func:`seed`, :func:`context` (the GPU MXNet sees unless
-    ``MPTUTOR_DEVICE=cpu``; sizes by it: ``hardware.pick(..., on=context())``), :func:`check_dtype`, :data:`DTYPES`.
+    ``MPTUTOR_DEVICE=cpu``; sizes by it: ``hardware.pick(..., on=context())``),
+    :func:`check_dtype`, :data:`DTYPES`.
 ``_amp``
     bfloat16 through MXNet AMP: :func:`probe_bf16`, :func:`bf16_supported`,
     :func:`amp_initialized`, and ``amp.init`` done once.
