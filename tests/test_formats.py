@@ -320,3 +320,13 @@ def test_table_takes_one_format_alone_but_not_a_number():
     assert [row["format"] for row in formats.table("bf16").rows] == ["bf16"]  # not "b", "f", ...
     with pytest.raises(ValueError, match="unknown floating-point format 5"):
         formats.table(5)
+
+
+def test_one_spelling_per_precision():
+    assert formats.precision("FP8-E4M3") == "fp8_e4m3"
+    assert formats.precision("amp_bf16") == "amp_bf16"
+    assert set(formats.FORMAT_NAMES) - {"fp8_e5m2"} <= set(formats.PRECISIONS)
+    with pytest.raises(ValueError, match="known: fp32, tf32"):
+        formats.precision("fp32-strict")
+    with pytest.raises(TypeError, match="string"):
+        formats.precision(None)

@@ -7,7 +7,8 @@ Formats can be named by a short name (``"fp16"``), NumPy's name (``"float16"``),
 spelling (``"half"``), a NumPy or ml_dtypes dtype, a framework dtype such as ``torch.float16``
 or ``tf.bfloat16`` (matched by name, so no framework is imported here), or an array or tensor
 of that dtype. :data:`SPELLINGS` is the one table of these spellings; :func:`dtype_name` gives
-the dtype of anything one plain name from it.
+the dtype of anything one plain name from it. :data:`PRECISIONS` names the ways of computing
+the lessons compare (strict FP32, TF32, FP16, BF16, FP8, the AMP modes), one spelling each.
 
 Examples
 --------
@@ -21,7 +22,7 @@ False
 """
 
 from mptutor.formats._format import FORMAT_NAMES, Format, all_formats, get, table
-from mptutor.formats._names import SPELLINGS, dtype_name
+from mptutor.formats._names import PRECISIONS, SPELLINGS, dtype_name, precision
 from mptutor.formats._rounding import (
     always_lost_update_ratio,
     lost_update_ratio,
@@ -35,6 +36,8 @@ __all__ = [
     "Format",
     "FORMAT_NAMES",
     "SPELLINGS",
+    "PRECISIONS",
+    "precision",
     "get",
     "all_formats",
     "ulp",

@@ -48,6 +48,49 @@ SPELLINGS: dict[str, str] = {
 }
 
 
+#: The ways of computing that the lessons and benchmarks compare, one spelling each, with what
+#: each stores and computes in. Storage formats keep their short names; ``"fp32"`` is strict FP32
+#: (TF32 off), ``"tf32"`` FP32 storage with TF32 matrix products, ``"amp_*"`` automatic mixed
+#: precision (FP32 weights, low-precision products where the framework deems them safe).
+PRECISIONS: dict[str, str] = {
+    "fp32": "FP32 storage and arithmetic, TF32 off",
+    "tf32": "FP32 storage, matrix products with TF32 inputs and FP32 sums",
+    "fp16": "FP16 storage and products, FP32 sums",
+    "bf16": "BF16 storage and products, FP32 sums",
+    "fp8_e4m3": "FP8 E4M3 inputs with a scale each, FP32 sums",
+    "amp_fp16": "FP32 weights, FP16 products (autocast, mixed_float16), loss scaling",
+    "amp_bf16": "FP32 weights, BF16 products (autocast, mixed_bfloat16)",
+}
+
+
+def precision(name: str) -> str:
+    """Check a precision's name and give its one spelling (``"fp8-e4m3"`` -> ``"fp8_e4m3"``).
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`PRECISIONS`, in any case, with ``-`` or ``_``.
+
+    Returns
+    -------
+    str
+        The key of :data:`PRECISIONS`.
+
+    Raises
+    ------
+    TypeError
+        If ``name`` is not a string.
+    ValueError
+        If it names no precision of :data:`PRECISIONS`.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a precision is named by a string, not {type(name).__name__}")
+    key = name.strip().lower().replace("-", "_")
+    if key not in PRECISIONS:
+        raise ValueError(f"unknown precision {name!r}; known: {', '.join(PRECISIONS)}")
+    return key
+
+
 def _spelled(text: str) -> str:
     """NumPy's name for a spelling of a known format; any other text unchanged."""
     return SPELLINGS.get(text.strip().lower().replace("-", "_"), text)
