@@ -36,8 +36,6 @@ table
     A small table that prints as text and renders as HTML in a notebook.
 atomic
     Files and folders written atomically: complete or absent, never half-written.
-checks
-    Argument checks with clear errors (``check_scalar``).
 notebooks
     Execute notebooks into a build folder with HTML copies and a summary.
 

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from mptutor.checks import check_type
+from mptutor._checks import check_type
 
 __all__ = ["atomic_dir", "atomic_dirs", "atomic_path", "write_text"]
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 __all__ = [
     "Timing",

@@ -26,7 +26,7 @@ import ml_dtypes
 import numpy as np
 
 from mptutor import formats
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 __all__ = ["ELEMENT_FORMATS", "scale_from_amax", "quantize", "dequantize", "DelayedScaling"]
 __all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize"]

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from mptutor import formats
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 __all__ = ["GradientStats", "gradient_stats"]
 

@@ -27,7 +27,7 @@ from importlib import metadata
 from importlib.util import find_spec
 from typing import Any, TypeVar
 
-from mptutor.checks import check_scalar, check_type
+from mptutor._checks import check_scalar, check_type
 
 __all__ = [
     "GpuInfo",

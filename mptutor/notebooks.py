@@ -31,7 +31,7 @@ from pathlib import Path
 
 from mptutor import hardware
 from mptutor.atomic import write_text
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.table import Table
 
 __all__ = ["NotebookResult", "find_notebooks", "execute_notebook", "run_all", "main"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mptutor import formats
-from mptutor.checks import check_scalar, check_type
+from mptutor._checks import check_scalar, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes

@@ -6,7 +6,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mptutor.checks import check_type
+from mptutor._checks import check_type
 
 __all__ = ["Table"]
 

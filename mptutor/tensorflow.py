@@ -71,7 +71,7 @@ keras, tf = _import_quietly("keras", "tensorflow")
 import numpy as np  # noqa: E402
 
 from mptutor import formats, gradients, hardware, scaling  # noqa: E402
-from mptutor.checks import check_scalar, check_type, optional_positive  # noqa: E402
+from mptutor._checks import check_scalar, check_type, optional_positive  # noqa: E402
 
 __all__ = [
     "LossScaledStep",

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mptutor.checks import check_scalar, check_type, optional_positive
+from mptutor._checks import check_scalar, check_type, optional_positive
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "1", np.bool_(True)])

@@ -8,7 +8,7 @@ from importlib.util import find_spec
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mptutor.checks import check_type
+from mptutor._checks import check_type
 from mptutor.data._image_folders import build_split, check_image_folder, check_test_per_class
 from mptutor.data._store import (
     ENV_VAR,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.data._image_folders import plan_split, split_info
 from mptutor.data._store import (
     DatasetFolders,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mptutor.atomic import atomic_dirs
-from mptutor.checks import check_scalar, check_type
+from mptutor._checks import check_scalar, check_type
 from mptutor.data._store import (
     ENV_VAR,
     DatasetFolders,

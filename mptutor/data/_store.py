@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mptutor.atomic import atomic_dir
-from mptutor.checks import check_scalar, check_type
+from mptutor._checks import check_scalar, check_type
 
 StrPath = str | os.PathLike[str]
 

@@ -9,7 +9,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.formats._format import get
 
 

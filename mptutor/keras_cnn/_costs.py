@@ -11,7 +11,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 __all__ = [
     "FLOPS_PER_VALUE",

@@ -7,7 +7,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 __all__ = ["CLASSES", "CONVOLUTIONS", "MODELS", "PadChannels", "build_model", "make_batch"]
 

@@ -11,7 +11,7 @@ import math
 import subprocess
 import sys
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.mxnet._imports import amp
 
 __all__ = ["probe_bf16", "bf16_supported", "amp_initialized", "init_amp_bf16", "refuse_after_amp"]

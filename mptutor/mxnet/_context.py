@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from mptutor import formats, hardware
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.mxnet._imports import mx
 
 __all__ = ["DTYPES", "NO_FP16_ON_CPU", "seed", "context", "check_dtype"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.mxnet._context import check_dtype, resolve_context
 from mptutor.mxnet._imports import autograd, gluon, mx
 from mptutor.mxnet._networks import net_context, param_dtypes

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from mptutor import data
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.mxnet._imports import ImageFolderDataset, gluon, transforms
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "Loaders", "image_transform", "image_folder_loaders"]

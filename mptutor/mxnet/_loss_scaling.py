@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mptutor import gradients
-from mptutor.checks import check_type, optional_positive
+from mptutor._checks import check_type, optional_positive
 from mptutor.mxnet._imports import autograd, gluon, mx
 from mptutor.mxnet._networks import params_of
 from mptutor.scaling import DynamicLossScaler, LossScaler

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mptutor import formats
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.mxnet._amp import init_amp_bf16, refuse_after_amp
 from mptutor.mxnet._context import check_dtype, resolve_context
 from mptutor.mxnet._imports import gluon, mx, vision

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mptutor import formats
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.mxnet._imports import mx
 from mptutor.table import Table
 

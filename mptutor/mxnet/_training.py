@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.mxnet._amp import amp_initialized, refuse_after_amp
 from mptutor.mxnet._context import check_dtype, is_gpu, resolve_context
 from mptutor.mxnet._evaluation import accuracy

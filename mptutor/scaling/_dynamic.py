@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.scaling._float32 import f32, f32_down, f32_up, scale_value
 from mptutor.scaling._history import ScaleHistory
 from mptutor.scaling._protocol import ScalerBase, check_keys, malformed_state

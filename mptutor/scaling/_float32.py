@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 #: Largest finite float32 value: the scale is held in float32, like GradScaler's.
 FLOAT32_MAX: float = float(np.finfo(np.float32).max)

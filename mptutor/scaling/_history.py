@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.scaling._float32 import scale_value
 
 #: Step counts stay within int64, in which :meth:`ScaleHistory.arrays` numbers them.

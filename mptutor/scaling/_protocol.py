@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping, Set
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
-from mptutor.checks import check_scalar, check_type
+from mptutor._checks import check_scalar, check_type
 from mptutor.scaling._history import _MAX, ScaleHistory
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from mptutor.checks import check_type
+from mptutor._checks import check_type
 
 __all__ = ["bn_to_float", "network_to_half"]
 

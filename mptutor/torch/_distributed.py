@@ -50,7 +50,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.torch import _device
 
 __all__ = ["DistributedRun", "WorkerError", "Workers", "choose_backend", "launch"]

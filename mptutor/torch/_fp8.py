@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from mptutor import formats
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 __all__ = ["FP8Linear", "to_fp8"]
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from mptutor import formats
-from mptutor.checks import check_type
+from mptutor._checks import check_type
 
 __all__ = ["Headroom", "headroom", "stochastic_round"]
 

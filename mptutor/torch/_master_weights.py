@@ -20,7 +20,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from mptutor.atomic import atomic_path
-from mptutor.checks import check_type, optional_positive
+from mptutor._checks import check_type, optional_positive
 from mptutor.scaling import FLOAT32_MAX, DynamicLossScaler, LossScaler
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.kernels import KernelRecord
 
 __all__ = ["tensor_core_kernels", "count_host_syncs"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 from mptutor.table import Table
 
 __all__ = ["ShapeIssue", "TensorCoreAudit", "tensor_core_audit"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from mptutor.checks import check_scalar
+from mptutor._checks import check_scalar
 
 __all__ = ["DeviceLike", "is_cuda", "synchronize", "TIMING_METHODS", "CallTiming", "time_calls"]
 
