@@ -1,31 +1,11 @@
-"""TensorFlow / Keras 3 helpers: device choice, a loss-scaled GradientTape step, gradient stats.
+"""TensorFlow / Keras 3 helpers: where TensorFlow computes, and a loss-scaled GradientTape step.
 
-Use it the d2l way (this module imports TensorFlow and Keras; ``import mptutor`` does not)::
-
-    from mptutor import tensorflow as mtf
-
-    with mtf.tf.device(mtf.device()):      # "/GPU:0" or "/CPU:0", honouring MPTUTOR_DEVICE
-        ...
-
-The names are those of the other framework adapters: :func:`device` (where TensorFlow
-computes; ``MPTUTOR_DEVICE=cpu`` forces the CPU), :func:`gradient_stats` (the TensorFlow side of
-:func:`mptutor.gradients.gradient_stats`) and :class:`LossScaledStep` (any
-:class:`mptutor.scaling.LossScaler`, ``clip_norm=``). Sizes by where TensorFlow computes:
-``mptutor.hardware.pick(cpu=..., gpu=..., on=device())``.
-
-Import it before TensorFlow itself, so that TensorFlow's start-up messages stay out of notebook
-outputs: it sets ``TF_CPP_MIN_LOG_LEVEL=3`` (unless you set it yourself), which hides the C++
-logs, and it imports TensorFlow and Keras with the process's standard error captured, dropping
-only the notice that TensorFlow prints there on x86-64 at import ("oneDNN custom operations are
-on ...", with its logging preamble). Anything else printed during the import is passed on.
-TensorFlow's kernels are left as they are (oneDNN stays on).
-
-For everyday training prefer Keras's own ``mixed_float16`` policy with
-``keras.mixed_precision.LossScaleOptimizer`` (the Keras track's first notebook);
-:class:`LossScaledStep` drives the same state machine as :mod:`mptutor.scaling`, so that it can
-be compared step for step with Keras and with the other frameworks. The CNN experiment of the
-Keras track's second notebook, which also runs on Keras's PyTorch and JAX backends, is in
-:mod:`mptutor.keras_cnn`, which imports Keras but not TensorFlow.
+Import it before TensorFlow itself (``from mptutor import tensorflow as mtf``): it sets
+``TF_CPP_MIN_LOG_LEVEL=3`` unless set, and drops the notice TensorFlow prints on standard error
+at import ("oneDNN custom operations are on ..."); anything else printed is passed on.
+:func:`device` names where TensorFlow computes; sizes by it: ``hardware.pick(cpu, gpu,
+on=mtf.device())``. :class:`LossScaledStep` runs any :class:`mptutor.scaling.LossScaler` in a
+``tf.GradientTape`` loop, step for step as Keras's ``LossScaleOptimizer`` does.
 """
 
 from __future__ import annotations
@@ -34,21 +14,20 @@ import importlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-#: Parts of the lines that TensorFlow prints on standard error at import, which are dropped.
-IMPORT_NOTICES = (
+_IMPORT_NOTICES = (  # parts of the lines TensorFlow prints on stderr at import, dropped
     "All log messages before absl::InitializeLog() is called are written to STDERR",
     "oneDNN custom operations are on",
 )
 
 
 def _import_quietly(*names: str) -> list[ModuleType]:
-    """Import modules; pass on what they print on stderr, except the lines of IMPORT_NOTICES."""
+    """Import modules; pass on what they print on stderr, except TensorFlow's notices."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
@@ -60,7 +39,7 @@ def _import_quietly(*names: str) -> list[ModuleType]:
             os.close(saved)
             captured.seek(0)
             lines = captured.read().decode(errors="replace").splitlines(keepends=True)
-            kept = [line for line in lines if not any(n in line for n in IMPORT_NOTICES)]
+            kept = [line for line in lines if not any(n in line for n in _IMPORT_NOTICES)]
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
@@ -68,21 +47,12 @@ def _import_quietly(*names: str) -> list[ModuleType]:
 
 keras, tf = _import_quietly("keras", "tensorflow")
 
-import numpy as np  # noqa: E402
-
-from mptutor import formats, gradients, hardware, scaling  # noqa: E402
+from mptutor import hardware, scaling  # noqa: E402
 from mptutor._checks import check_scalar, check_type, optional_positive  # noqa: E402
 
-__all__ = [
-    "LossScaledStep",
-    "device",
-    "gradient_stats",
-    "tf",
-    "keras",
-]
+__all__ = ["device", "LossScaledStep"]
 
-#: The smallest normal float32: TensorFlow flushes smaller scales (subnormals) to zero.
-_SMALLEST_NORMAL = 2.0**-126
+_SMALLEST_NORMAL = 2.0**-126  # smallest normal float32: TensorFlow flushes scales below to 0
 
 
 def _gpu_available() -> bool:
@@ -93,13 +63,11 @@ def _gpu_available() -> bool:
 
 
 def device() -> str:
-    """Return the TensorFlow device of the notebook path; hide GPUs on the CPU path.
+    """Return where TensorFlow computes: ``"/GPU:0"`` or ``"/CPU:0"``; on the CPU, hide the GPUs.
 
-    d2l's ``try_gpu`` idea, with this project's override: the GPU path needs a GPU that
-    TensorFlow lists and no ``MPTUTOR_DEVICE=cpu`` (read through
-    :func:`mptutor.hardware._device_override`, the one place that reads it). On the CPU path
-    every GPU is hidden from TensorFlow, so that no operation lands on one by default. Call it
-    once, before TensorFlow has run anything: devices cannot be hidden afterwards.
+    The GPU when TensorFlow lists one and ``MPTUTOR_DEVICE=cpu`` is not set. On the CPU path
+    every GPU is hidden from TensorFlow, so that nothing lands on one by default: call it before
+    TensorFlow has run anything.
 
     Returns
     -------
@@ -112,12 +80,6 @@ def device() -> str:
         If ``MPTUTOR_DEVICE`` holds something other than ``cpu``, ``cuda`` or nothing.
     RuntimeError
         If GPUs have to be hidden but TensorFlow has already initialised them.
-
-    Examples
-    --------
-    >>> from mptutor import tensorflow as mtf
-    >>> with mtf.tf.device(mtf.device()):
-    ...     x = mtf.tf.ones(2)
     """
     if _gpu_available():
         return "/GPU:0"
@@ -132,73 +94,14 @@ def device() -> str:
     return "/CPU:0"
 
 
-def gradient_stats(grads: Sequence[tf.Tensor | None], fmt: Any = "fp16") -> gradients.GradientStats:
-    """Measure a list of gradients (or one) against a format (``None`` entries are left out).
-
-    The TensorFlow side of :func:`mptutor.gradients.gradient_stats`: each gradient is cast to
-    float32 (bfloat16 included) and copied to the host, then counted there.
-
-    Parameters
-    ----------
-    grads : sequence of tf.Tensor or None, or one tf.Tensor
-        As returned by ``tape.gradient``.
-    fmt : str or dtype, optional
-        A format name or dtype that :func:`mptutor.formats.get` knows (``"fp16"``,
-        ``tf.bfloat16``, ...).
-
-    Returns
-    -------
-    mptutor.gradients.GradientStats
-        Counts of zeros, infs/NaNs, values that ``fmt`` would flush or overflow, and the
-        exponents.
-
-    Raises
-    ------
-    TypeError
-        If ``grads`` is not a list of tensors and ``None`` (the entry at fault is named).
-    ValueError
-        If ``fmt`` is not a known format.
-    """
-    f = formats.get(fmt)
-    if tf.is_tensor(grads) or isinstance(grads, (tf.Variable, np.ndarray)):
-        grads = [grads]  # one gradient
-    elif not isinstance(grads, Iterable) or isinstance(grads, (str, bytes)):
-        raise TypeError(
-            "grads must be a list of gradient tensors (None entries are skipped), as "
-            f"tape.gradient returns it, got {grads!r:.80} of type {type(grads).__name__}"
-        )
-    arrays = []
-    for i, g in enumerate(grads):
-        if g is None:
-            continue
-        try:  # IndexedSlices (an embedding's gradient) become dense here
-            arrays.append(tf.cast(tf.convert_to_tensor(g), tf.float32).numpy())
-        except (TypeError, ValueError, tf.errors.OpError) as exc:
-            raise TypeError(
-                f"grads[{i}] must be a tensor of numbers or None, got {g!r:.80} of type "
-                f"{type(g).__name__}"
-            ) from exc
-    return gradients.gradient_stats(arrays, f)
-
-
 class LossScaledStep:
     """One training step with loss scaling in a ``tf.GradientTape`` loop.
 
-    The loss is cast to float32 and multiplied by the scaler's scale; the gradients of the
-    trainable variables are divided by the scale, checked for inf/NaN (one host read per step),
-    and applied only if they are all finite. The scaler then adjusts the scale. With the
-    ``mixed_float16`` policy the variables, and so the gradients, are float32: master weights
-    come for free.
-
-    It does what Keras 3's ``LossScaleOptimizer`` does, step for step (the tests hold it
-    against it): it switches off the optimizer's own ``loss_scale_factor`` (sets it to
-    ``None``, as ``LossScaleOptimizer`` does), and variables marked ``overwrite_with_gradient``
-    (the scales and amax histories of Keras's float8 layers) take their gradient as it is: not
-    divided by the scale, left out of the clipped norm, assigned by the optimizer.
-
-    The default scaler's floor is a scale of 1: after a long run of overflowing batches the
-    scale stays there, those steps are skipped, and training resumes with the first finite
-    batch (``loss_scaler.overflows_at_floor`` counts the overflows at the floor).
+    The float32 loss is multiplied by the scaler's scale; the gradients are divided by it,
+    checked for inf/NaN (one host read per step) and applied only if all are finite; the scaler
+    then adjusts the scale. As Keras 3's ``LossScaleOptimizer`` does (the tests hold it against
+    it), it sets the optimizer's ``loss_scale_factor`` to ``None``, and variables marked
+    ``overwrite_with_gradient`` (float8 scales and amax histories) take their gradient as it is.
 
     Parameters
     ----------

@@ -1,17 +1,13 @@
 """mptutor.keras_cnn and benchmarks/keras_cnn_experiment.py: the Keras track's CNN experiment.
 
-The package holds the code that the notebook and the script share: the post's model (conv +
-ReLU, then BatchNorm; a float32 softmax), the counts from the layer shapes, timing with the
-device waited for, and the records. The script is loaded as a module and its ``main`` called in
-this process on the TensorFlow backend, so the smoke run costs no second TensorFlow start-up.
-One test runs it on Keras's PyTorch backend in a subprocess, as a GPU host without TensorFlow
-would.
+The script is loaded as a module and its ``main`` called in this process on the TensorFlow
+backend; one test runs it on Keras's PyTorch backend in a subprocess, as a GPU host without
+TensorFlow would.
 """
 
 import importlib.util
 import json
 import os
-import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +17,14 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
 
+from mptutor import bench
 from mptutor import keras_cnn as kc
 from mptutor import tensorflow as mtf
+from mptutor.keras_cnn._costs import _training_passes
 
 tf, keras = mtf.tf, mtf.keras
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "keras_cnn_experiment.py"
-PACKAGE = ROOT / "mptutor" / "keras_cnn"
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +113,11 @@ def test_layer_flops_and_training_passes(blog):
     assert forward["conv3"] == 2 * 32 * 32 * 128 * 11 * 11 * 64
     assert forward["dense"] == 2 * 128 * 10
     assert forward["bn1"] == 5 * 128 * 128 * 32 and forward["pool"] == 32 * 32 * 128
-    passes = kc.training_passes(blog)
+    passes = _training_passes(blog)
     assert passes["conv1"] == 2 and passes["conv2"] == passes["bn3"] == passes["dense"] == 3
     assert passes["pool"] == passes["softmax"] == 2  # no weights, input gradient only
     changed = kc.build_model("changed", 256)
-    assert kc.training_passes(changed)["rescale"] == kc.training_passes(changed)["pad_to_8"] == 1
+    assert _training_passes(changed)["rescale"] == _training_passes(changed)["pad_to_8"] == 1
     expected = sum(passes[name] * flops for name, flops in forward.items())
     assert kc.training_flops(blog, 1) == expected
     assert kc.training_flops(blog, 32) == 32 * expected
@@ -160,37 +157,48 @@ def test_roofline_by_hand(blog):
             r["GFLOP"] * 1e9 / sheet["fp16 tensor"], r["MB moved fp16"] * 1e6 / sheet["memory"]
         )
 
-    mixed = kc.roofline(blog, "V100 SXM2", "mixed_float16", 128)
+    mixed = kc.roofline(blog, "V100 SXM2", "amp_fp16", 128)
     assert costs["conv3"]["GFLOP"] * 1e9 / sheet["fp16 tensor"] == seconds("conv3")  # compute
     expected = 3 * seconds("conv2") + 3 * seconds("conv3")  # three forward passes each
     assert mixed["conv/dense meeting the rule"] == pytest.approx(expected, rel=1e-12)
     assert mixed["host copy"] == pytest.approx(128 * 256 * 256 * 3 * 4 / sheet["host link"])
     rows = kc.roofline_table(blog)
     assert [(r["GPU (data sheet)"], r["precision"]) for r in rows] == [
-        ("V100 SXM2", "float32"),
-        ("V100 SXM2", "mixed_float16"),
-        ("H100 SXM5", "float32"),
-        ("H100 SXM5", "float32 + TF32"),
-        ("H100 SXM5", "mixed_float16"),
+        ("V100 SXM2", "fp32"),
+        ("V100 SXM2", "amp_fp16"),
+        ("H100 SXM5", "fp32"),
+        ("H100 SXM5", "tf32"),
+        ("H100 SXM5", "amp_fp16"),
     ]
     assert all(r["speedup, layers only"] >= r["speedup with host copy"] >= 1 for r in rows)
+    assert kc.roofline(blog, "V100 SXM2", "AMP-FP16") == kc.roofline(blog, "V100 SXM2", "amp_fp16")
     with pytest.raises(ValueError, match="no tf32"):
-        kc.roofline(blog, "V100 PCIe", "float32 + TF32")
+        kc.roofline(blog, "V100 PCIe", "tf32")
+    with pytest.raises(ValueError, match="unknown precision"):
+        kc.roofline(blog, "V100 SXM2", "mixed_float16")  # a Keras policy, not a precision
+    with pytest.raises(ValueError, match="no roofline for 'bf16'"):
+        kc.roofline(blog, "V100 SXM2", "bf16")
+    with pytest.raises(ValueError, match="unknown GPU"):
+        kc.roofline(blog, "A100", "fp32")
 
 
 # --- the backend, timing and profiling ----------------------------------------------------------
 
 
-def test_float32_variant_switches_tf32_off(kce):
+def test_fp32_switches_tf32_off(kce):
     try:
-        flags = kc.set_tf32(False, "tensorflow")
+        flags = kce.set_tf32(False, "tensorflow")
         assert flags == {"tf.config.experimental.enable_tensor_float_32_execution": False}
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(True)
-    assert kce.VARIANTS["float32"] == ("float32", False)
-    assert kc.backend_version() == tf.__version__ and kc.device_kind() == "cpu"
-    assert kc.timing_device() == "cpu"
+    assert kce.POLICIES == {
+        "fp32": ("float32", False),
+        "tf32": ("float32", True),
+        "amp_fp16": ("mixed_float16", False),
+    }
+    assert kce.backend_version("tensorflow") == tf.__version__
+    assert kce.device_kind("tensorflow") == "cpu"
 
 
 def test_layer_profile_waits_for_the_device_after_every_call(monkeypatch):
@@ -205,13 +213,13 @@ def test_layer_profile_waits_for_the_device_after_every_call(monkeypatch):
     assert all(r["forward_backward_s"] is not None for r in rows)  # every layer has a gradient
 
 
-def test_time_step_times_train_on_batch():
+def test_time_step_times_train_on_batch(kce):
     model = kc.build_model("blog", 8)
     x, y = kc.make_batch("blog", 4, 8)
     timing = kc.time_step(model, x, y, repeats=2, warmup=1)
     assert len(timing.times) == 2 and timing.median > 0
     assert int(model.optimizer.iterations.numpy()) == 3
-    assert kc.kernel_profile(model, x, y) is None  # PyTorch backend on a CUDA GPU only
+    assert kce.kernel_profile(model, x, y) is None  # PyTorch backend on a CUDA GPU only
 
 
 # --- the records --------------------------------------------------------------------------------
@@ -219,10 +227,10 @@ def test_time_step_times_train_on_batch():
 
 def _data(device="cuda", smoke=False):
     steps = [
-        {"model": "blog", "variant": v, "feed": "device", "batch": 32, "median_s": s}
-        for v, s in (("mixed_float16", 0.01), ("float32", 0.04), ("float32-tf32", 0.02))
+        {"model": "blog", "precision": v, "feed": "device", "batch": 32, "median_s": s}
+        for v, s in (("amp_fp16", 0.01), ("fp32", 0.04), ("tf32", 0.02))
     ]
-    steps.append({"model": "blog", "variant": "float32", "feed": "host", "batch": 32, "error": "x"})
+    steps.append({"model": "blog", "precision": "fp32", "feed": "host", "batch": 32, "error": "x"})
     return {
         "smoke": smoke,
         "device": device,
@@ -233,42 +241,39 @@ def _data(device="cuda", smoke=False):
         "models": {"blog": {"flops_per_image_training": 1e9}},
         "steps_s": steps,
         "kernels": [
-            {"model": "blog", "variant": "mixed_float16", "batch": 32, "total_us": 2000.0,
+            {"model": "blog", "precision": "amp_fp16", "batch": 32, "total_us": 2000.0,
              "tensor_core_us": 1500.0, "kernels": []}
         ],
     }  # fmt: skip
 
 
-def test_speedup_rows_and_kernel_shares():
-    rows = kc.speedup_rows(_data())
-    assert [(r["feed"], r["variant"]) for r in rows] == [
-        ("device", "float32"),
-        ("device", "float32-tf32"),
-        ("device", "mixed_float16"),
-        ("host", "float32"),
+def test_speedup_rows_and_kernel_shares(kce):
+    rows = kce.speedup_rows(_data())
+    assert [(r["feed"], r["precision"]) for r in rows] == [
+        ("device", "fp32"),
+        ("device", "tf32"),
+        ("device", "amp_fp16"),
+        ("host", "fp32"),
     ]
     mixed = rows[2]
-    assert mixed["vs float32"] == pytest.approx(4) and mixed["vs float32+TF32"] == pytest.approx(2)
+    assert mixed["vs fp32"] == pytest.approx(4) and mixed["vs tf32"] == pytest.approx(2)
     assert mixed["TFLOP/s"] == pytest.approx(32 / 0.01 * 1e9 / 1e12)
     assert rows[3]["ms/step"] is None and rows[3]["error"] == "x"
-    assert kc.tensor_core_shares(_data())[0]["share in Tensor Core kernels"] == 0.75
-    runs = kc.step_time_runs(_data(), "device")
-    assert [r["policy"] for r in runs["blog"]] == ["float32", "float32-tf32", "mixed_float16"]
+    assert kce.tensor_core_shares(_data())[0]["share in Tensor Core kernels"] == 0.75
 
 
-def test_find_records_keeps_gpu_runs_of_this_experiment(tmp_path):
+def test_the_notebook_finds_gpu_runs_of_this_experiment_through_bench(kce, tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import records  # what the benchmark scripts write records with
 
-    records.save_result("keras_cnn_experiment-torch-h100", _data(), tmp_path)
-    records.save_result("keras_cnn_experiment-torch-cpu", _data("cpu"), tmp_path)
-    records.save_result("keras_cnn_experiment-smoke-torch-h100", _data(smoke=True), tmp_path)
+    records.save_result(f"{kce.EXPERIMENT}-torch-h100", _data(), tmp_path)
+    records.save_result(f"{kce.EXPERIMENT}-torch-cpu", _data("cpu"), tmp_path)
+    records.save_result(f"{kce.EXPERIMENT}-smoke-torch-h100", _data(smoke=True), tmp_path)
     records.save_result("gemm_sweep-cuda", {"device": "cuda"}, tmp_path)
-    ((path, record),) = kc.find_records(tmp_path)
+    found = bench.find_records(kind=kce.EXPERIMENT, device="cuda", results_dir=tmp_path)
+    ((path, record),) = found
     assert path.name == "keras_cnn_experiment-torch-h100.json"
-    fields = {r["field"]: r["value"] for r in kc.provenance(path, record).rows}
-    assert fields["Keras backend"] == "torch 2.9 (Keras 3.12)" and fields["note"] == "test"
-    assert {"record", "device", "date", "command", "git commit"} <= set(fields)
+    assert record["data"]["backend"] == "torch"
 
 
 def test_plot_step_times_marks_every_line():
@@ -279,8 +284,8 @@ def test_plot_step_times_marks_every_line():
     import matplotlib.pyplot as plt
 
     rows = [
-        {"policy": p, "batch": n, "ms/step": 1.0, "images/s": n / 1e-3}
-        for p in ("float32", "mixed_float16")
+        {"precision": p, "batch": n, "ms/step": 1.0 + n, "images/s": n / 1e-3}
+        for p in ("fp32", "amp_fp16")
         for n in (32, 64)
     ]
     fig = kc.plot_step_times({"blog model": rows, "changed model": rows}, "test")
@@ -290,21 +295,19 @@ def test_plot_step_times_marks_every_line():
         assert all(line.get_marker() not in (None, "None", "") for line in lines)
         styles = {(line.get_marker(), line.get_linestyle(), line.get_color()) for line in lines}
         assert len(styles) == 4  # lines that lie on top of each other stay distinguishable
+        fig.canvas.draw()
+        for ax in fig.axes:  # values readable off each axis, not decades only
+            low, high = ax.get_ylim()
+            shown = [t for t in ax.get_yticks() if low <= t <= high]
+            assert len(shown) >= 2, ax.get_ylabel()
+            labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+            assert set(labels) >= {f"{t:g}" for t in shown}
+            assert [t.get_text() for t in ax.get_xticklabels()] == ["32", "64"]
     finally:
         plt.close(fig)
 
 
-# --- the package and the script -----------------------------------------------------------------
-
-
-def test_the_package_gathers_private_modules_of_at_most_500_lines():
-    modules = sorted(m.name for m in pkgutil.iter_modules([str(PACKAGE)]))
-    assert modules and all(name.startswith("_") for name in modules)
-    for name in modules:
-        assert len((PACKAGE / f"{name}.py").read_text().splitlines()) <= 500, name
-    for name in kc.__all__:
-        obj = getattr(kc, name)
-        assert name.isupper() or obj.__module__.startswith("mptutor.keras_cnn._"), name
+# --- the script ---------------------------------------------------------------------------------
 
 
 def test_smoke_run_writes_a_record(kce, tmp_path, capsys):
@@ -316,16 +319,20 @@ def test_smoke_run_writes_a_record(kce, tmp_path, capsys):
     record = json.loads(path.read_text())
     data = record["data"]
     assert data["smoke"] and data["backend"] == "tensorflow" and data["device"] == "cpu"
-    assert data["variants"]["float32"]["flags"] == {
+    assert data["precisions"]["fp32"]["flags"] == {
         "tf.config.experimental.enable_tensor_float_32_execution": False
     }
-    combos = {(r["model"], r["variant"], r["feed"]) for r in data["steps_s"] if "median_s" in r}
+    combos = {(r["model"], r["precision"], r["feed"]) for r in data["steps_s"] if "median_s" in r}
     assert len(combos) == len(data["steps_s"]) == 2 * 2 * 2
     model = kc.build_model("blog", 8)
     assert data["models"]["blog"]["flops_per_image_training"] == kc.training_flops(model, 1)
     assert {r["model"] for r in data["layers"]} == {"blog", "changed"}
     assert all("error" not in r for r in data["layers"])
-    assert not kc.find_records(tmp_path)  # a smoke test on a CPU is no GPU result
+    summary = {(r["model"], r["precision"], r["feed"]): r for r in data["summary"]}
+    assert set(summary) == combos and summary["blog", "fp32", "host"]["vs fp32"] == 1
+    assert data["tensor_core_shares"] == []  # no kernels profiled on a CPU
+    found = bench.find_records(kind=kce.EXPERIMENT, device="cuda", results_dir=tmp_path)
+    assert not found  # a smoke test on a CPU is no GPU result
 
 
 @pytest.mark.slow
@@ -346,8 +353,8 @@ def test_runs_on_the_torch_backend_without_tensorflow_imported(tmp_path):
     (path,) = tmp_path.glob("*.json")
     data = json.loads(path.read_text())["data"]
     assert data["backend"] == "torch" and data["smoke"]
-    assert data["variants"]["float32"]["tf32"] is False
-    torch_flags = data["variants"]["float32"]["flags"]["torch"]  # set by torch_perf.set_tf32
+    assert data["precisions"]["fp32"]["tf32"] is False
+    torch_flags = data["precisions"]["fp32"]["flags"]["torch"]  # set by torch_perf.set_tf32
     assert torch_flags["matmul"] in ("ieee", False) and torch_flags["cudnn_conv"] in ("ieee", False)
     assert all("median_s" in r for r in data["steps_s"])
     assert data["layers"] and all("error" not in r for r in data["layers"])

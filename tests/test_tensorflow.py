@@ -94,20 +94,6 @@ def test_clipping_limits_the_update():
     assert np.linalg.norm(delta) == pytest.approx(1e-3, rel=1e-3)
 
 
-def test_gradient_stats_of_a_tape():
-    model = _model()
-    x, y = _batch(0)
-    with tf.GradientTape() as tape:
-        tiny = LOSS(y, model(x)) * 2.0**-20
-    grads = tape.gradient(tiny, model.trainable_variables)
-    stats = mtf.gradient_stats(grads + [None], "fp16")
-    assert stats.count == sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    assert stats.underflow > 0  # tiny gradients fall below fp16's range
-    assert stats.scaled(2.0**20).underflow < stats.underflow
-    halves = mtf.gradient_stats([tf.cast(g, tf.bfloat16) for g in grads], "bf16")
-    assert halves.count == stats.count and halves.underflow == 0  # bf16 has float32's range
-
-
 def test_bad_arguments():
     model = _model()
     lso = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
@@ -182,7 +168,7 @@ def test_device_reads_the_override_only_through_hardware(monkeypatch):
 def test_common_adapter_names_and_no_old_ones():
     for old in ("gradients_stats", "LossScaledTrainerStep", "default_context", "LossScaler"):
         assert not hasattr(mtf, old), old
-    assert {"device", "gradient_stats", "LossScaledStep"} <= set(mtf.__all__)
+    assert {"device", "LossScaledStep"} <= set(mtf.__all__)
     assert all(hasattr(mtf, name) for name in mtf.__all__)
     assert "clip_norm" in mtf.LossScaledStep.__init__.__code__.co_varnames
     annotation = mtf.LossScaledStep.__init__.__annotations__["loss_scaler"]
@@ -324,13 +310,3 @@ def test_bad_constructor_arguments_name_themselves(argument, bad, error):
     args[argument] = bad
     with pytest.raises(error, match=argument):
         mtf.LossScaledStep(**args)
-
-
-def test_gradient_stats_refuses_what_is_not_a_list_of_gradients():
-    with pytest.raises(TypeError, match="grads"):
-        mtf.gradient_stats(None)
-    with pytest.raises(TypeError, match=r"grads\[1\]"):
-        mtf.gradient_stats([tf.ones(2), "abc"])
-    assert mtf.gradient_stats(tf.ones((2, 3))).count == 6  # one tensor is one gradient
-    with pytest.raises(ValueError, match="unknown floating-point format"):
-        mtf.gradient_stats([tf.ones(2)], "fp12")

@@ -1,8 +1,4 @@
-"""What each layer costs, counted from its shapes: FLOPs, bytes, Tensor Core rules, a roofline.
-
-Nothing here runs a model: the counts come from the layers' input and output shapes, so they
-are the same on every machine and for every Keras backend.
-"""
+"""What each layer costs, counted from its shapes (no model runs): FLOPs, bytes, a roofline."""
 
 from __future__ import annotations
 
@@ -11,25 +7,22 @@ from typing import Any
 import keras
 import numpy as np
 
+from mptutor import formats
 from mptutor._checks import check_scalar
 
 __all__ = [
-    "FLOPS_PER_VALUE",
     "DATASHEETS",
-    "PRECISIONS",
     "layer_flops",
     "layer_costs",
-    "training_passes",
     "training_flops",
     "tensor_core_check",
     "roofline",
     "roofline_table",
 ]
 
-#: FLOPs per value of the layers that are neither convolutions nor dense layers: BatchNorm's
-#: mean, variance, normalisation, scale and shift; a softmax's exponential, sum and division
-#: (per output value); pooling's one addition (per input value); a rescaling's multiplication.
-FLOPS_PER_VALUE = {
+# FLOPs per value of the other layers: BatchNorm's mean, variance, normalisation, scale and
+# shift; a softmax (per output value); pooling's one addition (per input value); a rescaling.
+_FLOPS_PER_VALUE = {
     "BatchNormalization": 5,
     "GlobalAveragePooling2D": 1,
     "Activation": 5,
@@ -63,13 +56,9 @@ DATASHEETS: dict[str, dict[str, float | None]] = {
     },
 }
 
-#: Precision name: (the data sheet rate of the layers that meet the channel rule, bytes per
-#: value).
-PRECISIONS = {
-    "float32": ("fp32", 4),
-    "float32 + TF32": ("tf32", 4),
-    "mixed_float16": ("fp16 tensor", 2),
-}
+# A precision of formats.PRECISIONS: (the data sheet rate of the layers that meet the channel
+# rule, bytes per value). fp32 is the float32 policy, TF32 off; amp_fp16 mixed_float16.
+_RATES = {"fp32": ("fp32", 4), "tf32": ("tf32", 4), "amp_fp16": ("fp16 tensor", 2)}
 
 
 def _values(shape: Any) -> int:
@@ -81,7 +70,7 @@ def layer_flops(layer: keras.layers.Layer, batch_size: int = 1) -> int:
 
     A convolution does ``2 * kh * kw * C_in`` FLOPs per output value and a dense layer
     ``2 * C_in`` (a multiply and an add per weight; bias and fused ReLU not counted); other
-    layers do :data:`FLOPS_PER_VALUE` per value, or none.
+    layers a few per value (BatchNorm 5, softmax 5, pooling and rescaling 1), or none.
 
     Parameters
     ----------
@@ -105,8 +94,8 @@ def layer_flops(layer: keras.layers.Layer, batch_size: int = 1) -> int:
         return 2 * n_out * c_in
     kind = type(layer).__name__
     if kind == "GlobalAveragePooling2D":
-        return FLOPS_PER_VALUE[kind] * batch_size * _values(layer.input.shape)
-    return FLOPS_PER_VALUE.get(kind, 0) * n_out
+        return _FLOPS_PER_VALUE[kind] * batch_size * _values(layer.input.shape)
+    return _FLOPS_PER_VALUE.get(kind, 0) * n_out
 
 
 def layer_costs(model: keras.Model, batch_size: int = 128) -> list[dict[str, Any]]:
@@ -153,25 +142,8 @@ def layer_costs(model: keras.Model, batch_size: int = 128) -> list[dict[str, Any
     return rows
 
 
-def training_passes(model: keras.Model) -> dict[str, int]:
-    """Count each layer's work in a training step, in forward passes.
-
-    The backward pass of a layer computes the gradient of its weights (as much arithmetic as
-    its forward pass) and, when a trainable layer comes before it, the gradient of its input
-    (as much again). So a trainable layer costs 3 forward passes, the first one 2 (nobody needs
-    the gradient of the images), a layer without weights after a trainable one 2, and a layer
-    before every trainable one 1 (no gradient at all).
-
-    Parameters
-    ----------
-    model : keras.Model
-        A functional model.
-
-    Returns
-    -------
-    dict
-        Layer name: passes, for every layer after the input.
-    """
+def _training_passes(model: keras.Model) -> dict[str, int]:
+    """Each layer's work in a training step, in forward passes (see :func:`training_flops`)."""
     passes, trained_before = {}, False
     for layer in model.layers[1:]:
         trainable = bool(layer.trainable_weights)
@@ -183,6 +155,11 @@ def training_passes(model: keras.Model) -> dict[str, int]:
 def training_flops(model: keras.Model, batch_size: int = 1) -> int:
     """Count the FLOPs of one training step: forward and backward passes of every layer.
 
+    The backward pass of a layer computes the gradient of its weights (as much arithmetic as
+    its forward pass) and, when a trainable layer comes before it, the gradient of its input
+    (as much again). So a trainable layer counts 3 forward passes, the first one 2, a layer
+    without weights after a trainable one 2, and a layer before every trainable one 1.
+
     Parameters
     ----------
     model : keras.Model
@@ -193,9 +170,9 @@ def training_flops(model: keras.Model, batch_size: int = 1) -> int:
     Returns
     -------
     int
-        The sum over the layers of :func:`training_passes` times :func:`layer_flops`.
+        The sum over the layers of their passes times :func:`layer_flops`.
     """
-    passes = training_passes(model)
+    passes = _training_passes(model)
     return sum(passes[layer.name] * layer_flops(layer, batch_size) for layer in model.layers[1:])
 
 
@@ -252,9 +229,9 @@ def roofline(
     """Estimate the seconds of one training step on a GPU from its data sheet, by part.
 
     Each layer takes the longer of its FLOPs at the peak rate and its bytes at the memory
-    bandwidth, times its :func:`training_passes`. Convolutions and dense layers that meet the
-    channel rule get the precision's Tensor Core rate (the FP32 rate for ``float32``); every
-    other layer the FP32 rate. The host copy is the input batch, in the model's input dtype,
+    bandwidth, times its passes (:func:`training_flops`). Convolutions and dense layers that meet
+    the channel rule get the precision's rate (Tensor Cores for ``tf32`` and ``amp_fp16``);
+    every other layer the FP32 rate. The host copy is the input batch, in the model's input dtype,
     over the host link. No launch costs, no framework overhead: a best case.
 
     Parameters
@@ -263,8 +240,9 @@ def roofline(
         A functional model.
     gpu : str
         A key of :data:`DATASHEETS`.
-    precision : str
-        A key of :data:`PRECISIONS`.
+    precision : {"fp32", "tf32", "amp_fp16"}
+        A precision of :data:`mptutor.formats.PRECISIONS`: strict FP32 (the ``float32``
+        policy, TF32 off), TF32, or the ``mixed_float16`` policy.
     batch_size : int, optional
         Images in the batch.
 
@@ -276,13 +254,17 @@ def roofline(
 
     Raises
     ------
-    KeyError
-        If ``gpu`` or ``precision`` is unknown.
     ValueError
-        If the data sheet of ``gpu`` has no rate for ``precision``.
+        If ``gpu`` or ``precision`` is unknown, or the data sheet of ``gpu`` has no rate for
+        ``precision``.
     """
+    if gpu not in DATASHEETS:
+        raise ValueError(f"unknown GPU {gpu!r}; data sheets: {', '.join(DATASHEETS)}")
+    precision = formats.precision(precision)
+    if precision not in _RATES:
+        raise ValueError(f"no roofline for {precision!r}; choose from {', '.join(_RATES)}")
     rates = DATASHEETS[gpu]
-    rate_name, nbytes = PRECISIONS[precision]
+    rate_name, nbytes = _RATES[precision]
     if rates[rate_name] is None:
         raise ValueError(f"the {gpu} data sheet has no {rate_name} rate")
     meets_rule = {
@@ -291,7 +273,7 @@ def roofline(
     parts = dict.fromkeys(
         ("conv/dense meeting the rule", "conv/dense breaking it", "elementwise and pooling"), 0.0
     )
-    passes = training_passes(model)
+    passes = _training_passes(model)
     for r in layer_costs(model, batch_size):
         if r["kind"] not in ("Conv2D", "Dense"):
             part = "elementwise and pooling"
@@ -327,13 +309,13 @@ def roofline_table(
     -------
     list of dict
         ``GPU (data sheet), precision``, milliseconds of each part, and the speedup over
-        ``float32`` on the same GPU, for the layers only and with the host copy.
+        ``fp32`` on the same GPU, for the layers only and with the host copy.
     """
     rows = []
     for gpu in gpus:
-        base = roofline(model, gpu, "float32", batch_size)
+        base = roofline(model, gpu, "fp32", batch_size)
         base_layers = sum(base.values()) - base["host copy"]
-        for precision, (rate_name, _) in PRECISIONS.items():
+        for precision, (rate_name, _) in _RATES.items():
             if DATASHEETS[gpu][rate_name] is None:
                 continue
             parts = roofline(model, gpu, precision, batch_size)

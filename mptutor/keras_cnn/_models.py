@@ -9,15 +9,13 @@ import numpy as np
 
 from mptutor._checks import check_scalar
 
-__all__ = ["CLASSES", "CONVOLUTIONS", "MODELS", "PadChannels", "build_model", "make_batch"]
+__all__ = ["CONVOLUTIONS", "PadChannels", "build_model", "make_batch"]
 
-#: Imagenette's classes: the dense layer's outputs.
-CLASSES = 10
+_CLASSES = 10  # Imagenette's classes: the dense layer's outputs
 #: The post's convolutions, in order: (filters, kernel size, stride). Each has ``same`` padding
 #: and a ReLU, and is followed by BatchNorm.
 CONVOLUTIONS: tuple[tuple[int, int, int], ...] = ((32, 5, 2), (64, 7, 2), (128, 11, 2))
-#: ``blog``: the post's model; ``changed``: the same function arranged for Tensor Cores.
-MODELS = ("blog", "changed")
+_MODELS = ("blog", "changed")  # the post's model; the same function arranged for Tensor Cores
 
 
 class PadChannels(keras.layers.Layer):
@@ -82,8 +80,8 @@ def build_model(
     ValueError
         If ``kind`` is unknown or ``image_size`` is not a positive int.
     """
-    if kind not in MODELS:
-        raise ValueError(f"unknown model {kind!r}; choose from {MODELS}")
+    if kind not in _MODELS:
+        raise ValueError(f"unknown model {kind!r}; choose from {_MODELS}")
     image_size = check_scalar(image_size, "image_size", int, min_val=1)
     previous = keras.mixed_precision.dtype_policy()
     keras.mixed_precision.set_dtype_policy(policy)  # for the layers created below only
@@ -101,7 +99,7 @@ def build_model(
             )(h)
             h = keras.layers.BatchNormalization(name=f"bn{i}")(h)  # after the ReLU
         h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
-        h = keras.layers.Dense(CLASSES, name="dense")(h)
+        h = keras.layers.Dense(_CLASSES, name="dense")(h)
         # float32 whatever the global policy: the probabilities and the loss are float32
         probs = keras.layers.Activation("softmax", dtype="float32", name="softmax")(h)
         model = keras.Model(images, probs, name=kind)
@@ -114,9 +112,7 @@ def build_model(
 def make_batch(
     kind: str, size: int, image_size: int, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Random images as a model takes them, and integer labels.
-
-    Random pixels cost the same to compute with as photographs.
+    """Random images as a model takes them (random pixels cost what photos cost), and labels.
 
     Parameters
     ----------
@@ -135,18 +131,18 @@ def make_batch(
     images : numpy.ndarray
         Shape ``(size, image_size, image_size, 3)``.
     labels : numpy.ndarray
-        Shape ``(size,)``, int32 in ``[0, CLASSES)``.
+        Shape ``(size,)``, int32 in ``[0, 10)``.
 
     Raises
     ------
     ValueError
         If ``kind`` is unknown.
     """
-    if kind not in MODELS:
-        raise ValueError(f"unknown model {kind!r}; choose from {MODELS}")
+    if kind not in _MODELS:
+        raise ValueError(f"unknown model {kind!r}; choose from {_MODELS}")
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (size, image_size, image_size, 3), dtype=np.uint8)
-    labels = rng.integers(0, CLASSES, size).astype(np.int32)
+    labels = rng.integers(0, _CLASSES, size).astype(np.int32)
     if kind == "blog":
         return (pixels / np.float32(255)).astype(np.float32), labels
     return pixels, labels

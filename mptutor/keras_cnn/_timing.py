@@ -1,0 +1,239 @@
+"""Timing a training step, profiling it layer by layer, and the step-time figure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import keras
+import numpy as np
+
+from mptutor import bench
+from mptutor.keras_cnn._costs import layer_flops
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["block", "time_step", "profile_layers", "plot_step_times"]
+
+
+def block(value: Any) -> Any:
+    """Wait until the backend has computed ``value``, then return it.
+
+    A GPU runs the kernels that a call queued after the call has returned; without this wait a
+    timed call measures only how long it takes to queue them. TensorFlow waits with
+    ``tf.test.experimental.sync_devices()``, PyTorch with ``torch.cuda.synchronize()``, JAX
+    with ``jax.block_until_ready``.
+
+    Parameters
+    ----------
+    value : object
+        What the timed call returned.
+
+    Returns
+    -------
+    object
+        ``value``, computed.
+    """
+    name = keras.backend.backend()
+    if name == "jax":
+        import jax
+
+        return jax.block_until_ready(value)
+    if name == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    elif name == "tensorflow":
+        import tensorflow as tf
+
+        tf.test.experimental.sync_devices()
+    return value
+
+
+def _detach(x: Any) -> Any:
+    """``x`` cut from the autograd graph on the PyTorch backend, else ``x``."""
+    return x.detach() if keras.backend.backend() == "torch" else x
+
+
+def time_step(
+    model: keras.Model, x: Any, y: Any, repeats: int = 10, warmup: int = 2
+) -> bench.Timing:
+    """Time ``model.train_on_batch(x, y)``: warm-up calls, then timed calls.
+
+    ``train_on_batch`` returns the loss as a NumPy value, so each call waits for the device.
+    The first warm-up call traces the step into a graph; the next ones warm the allocator.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A compiled model.
+    x, y : array_like or backend tensor
+        A batch: NumPy arrays are converted at every call (and copied to a GPU), tensors made
+        once are not.
+    repeats : int, optional
+        Timed calls; their median is the step time.
+    warmup : int, optional
+        Untimed calls first.
+
+    Returns
+    -------
+    mptutor.bench.Timing
+        The times of the timed calls.
+    """
+    return bench.time_fn(lambda: model.train_on_batch(x, y), repeats=repeats, warmup=warmup)
+
+
+def _forward_backward(
+    layer: keras.layers.Layer, x: Any, input_grad: bool
+) -> Callable[[], Any] | None:
+    """Return a layer's forward and backward pass (``None`` on JAX, or nothing to differentiate)."""
+    weights = list(layer.trainable_variables)
+    if not weights and not input_grad:
+        return None
+    name = keras.backend.backend()
+    if name == "tensorflow":
+        import tensorflow as tf
+
+        def step() -> Any:
+            with tf.GradientTape() as tape:
+                if input_grad:
+                    tape.watch(x)
+                total = tf.reduce_sum(tf.cast(layer(x, training=True), tf.float32))
+            sources = ([x] if input_grad else []) + [w.value for w in weights]
+            return block(tape.gradient(total, sources))
+
+        return step
+    if name == "torch":
+        import torch
+
+        xin = x.detach().requires_grad_(input_grad) if torch.is_floating_point(x) else x
+
+        def step() -> Any:
+            total = layer(xin, training=True).float().sum()
+            sources = ([xin] if input_grad else []) + [w.value for w in weights]
+            return block(torch.autograd.grad(total, sources))
+
+        return step
+    return None
+
+
+def profile_layers(
+    model: keras.Model, x: np.ndarray, repeats: int = 5, warmup: int = 1
+) -> list[dict[str, Any]]:
+    """Time each layer's forward pass, and its forward and backward pass, one layer at a time.
+
+    Each layer runs on the output of the one before it. The backward pass computes the
+    gradients of the layer's weights and, where a trainable layer comes before it, of its input
+    (the first convolution's input gradient is never needed). Every timed call waits for the
+    device (:func:`block`): without that, a GPU timing measures only the kernel launches. The
+    layers run eagerly, one call each, so each timing includes the per-call overhead that a
+    traced training step avoids.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A functional model.
+    x : numpy.ndarray
+        An input batch.
+    repeats : int, optional
+        Timed calls per measurement; their median is kept.
+    warmup : int, optional
+        Untimed calls first.
+
+    Returns
+    -------
+    list of dict
+        One row per layer after the input: ``layer, kind, output_shape, flops, forward_s,
+        forward_backward_s`` (``None`` on JAX, where only the forward pass is timed).
+    """
+    rows = []
+    h = keras.ops.convert_to_tensor(x)
+    trained_before = False
+    for layer in model.layers[1:]:
+        current = h
+
+        def forward(layer: keras.layers.Layer = layer, current: Any = current) -> Any:
+            return block(layer(current, training=True))
+
+        fwd = bench.time_fn(forward, repeats=repeats, warmup=warmup)
+        both = _forward_backward(layer, current, input_grad=trained_before)
+        rows.append(
+            {
+                "layer": layer.name,
+                "kind": type(layer).__name__,
+                "output_shape": [int(d) for d in layer.output.shape[1:]],
+                "flops": layer_flops(layer, int(x.shape[0])),
+                "forward_s": fwd.median,
+                "forward_backward_s": None
+                if both is None
+                else bench.time_fn(both, repeats=repeats, warmup=warmup).median,
+            }
+        )
+        h = _detach(layer(current, training=True))
+        trained_before = trained_before or bool(layer.trainable_variables)
+    return rows
+
+
+_LINES = {"fp32": "-", "tf32": ":", "amp_fp16": "--", "amp_bf16": "-."}  # by precision
+_MARKERS = "o^sDv"
+
+
+def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure:
+    """Plot step time and throughput against batch size, both axes logarithmic.
+
+    One colour and marker shape per run; a solid line with filled markers for ``fp32``, other
+    line styles with open markers for the other precisions, so that lines lying on top of each
+    other stay visible. The batch sizes label the x axis; the y axes are labelled at 1, 2, 3
+    and 5 times each power of ten, so that values can be read off.
+
+    Parameters
+    ----------
+    runs : dict
+        Label: rows with ``precision`` (a name of :data:`mptutor.formats.PRECISIONS`),
+        ``batch``, ``ms/step`` and ``images/s``.
+    title : str
+        The figure's title: say where the numbers were measured.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two panels: milliseconds per step, and images per second.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    batches = sorted({r["batch"] for rows in runs.values() for r in rows})
+    for i, (label, rows) in enumerate(runs.items()):
+        present = {r["precision"] for r in rows}
+        for precision in [p for p in _LINES if p in present] + sorted(present - set(_LINES)):
+            sel = sorted((r for r in rows if r["precision"] == precision), key=lambda r: r["batch"])
+            if not sel:
+                continue
+            for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
+                ax.plot(
+                    [r["batch"] for r in sel],
+                    [r[key] for r in sel],
+                    _LINES.get(precision, "-."),
+                    marker=_MARKERS[i % len(_MARKERS)],
+                    ms=7,
+                    mfc=f"C{i}" if precision == "fp32" else "white",
+                    color=f"C{i}",
+                    label=f"{label}, {precision}",
+                )
+    for ax, ylabel in zip(axes, ("ms per training step", "images per second"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(batches, [str(n) for n in batches])
+        ax.set_xticks([], minor=True)
+        ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter("")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return fig
