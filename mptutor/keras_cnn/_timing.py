@@ -185,8 +185,9 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
 
     One colour and marker shape per run; a solid line with filled markers for ``fp32``, other
     line styles with open markers for the other precisions, so that lines lying on top of each
-    other stay visible. The batch sizes label the x axis; the y axes are labelled at 1, 2, 3
-    and 5 times each power of ten, so that values can be read off.
+    other stay visible. The batch sizes label the x axis and round values the y axes (1, 2, 3
+    and 5 times each power of ten, or evenly spaced ones over a narrow range), so that values
+    can be read off.
 
     Parameters
     ----------
@@ -202,7 +203,7 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
         Two panels: milliseconds per step, and images per second.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     batches = sorted({r["batch"] for rows in runs.values() for r in rows})
@@ -223,16 +224,20 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
                     color=f"C{i}",
                     label=f"{label}, {precision}",
                 )
-    for ax, ylabel in zip(axes, ("ms per training step", "images per second"), strict=True):
+    for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(batches, [str(n) for n in batches])
         ax.set_xticks([], minor=True)
-        ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
+        values = [r[key] for rows in runs.values() for r in rows]
+        if max(values) < 4 * min(values):  # a narrow range: evenly spaced round values
+            ax.yaxis.set_major_locator(MaxNLocator(6, steps=[1, 2, 2.5, 5, 10]))
+        else:  # 1, 2, 3 and 5 times each power of ten
+            ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter("")
         ax.set_xlabel("batch size")
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel({"ms/step": "ms per training step", "images/s": "images per second"}[key])
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
