@@ -180,6 +180,8 @@ def test_roofline_by_hand(blog):
         kc.roofline(blog, "V100 SXM2", "bf16")
     with pytest.raises(ValueError, match="unknown GPU"):
         kc.roofline(blog, "A100", "fp32")
+    with pytest.raises(TypeError, match="string"):
+        kc.roofline(blog, "V100 SXM2", None)
 
 
 # --- the backend, timing and profiling ----------------------------------------------------------

@@ -157,8 +157,8 @@ def training_flops(model: keras.Model, batch_size: int = 1) -> int:
 
     The backward pass of a layer computes the gradient of its weights (as much arithmetic as
     its forward pass) and, when a trainable layer comes before it, the gradient of its input
-    (as much again). So a trainable layer counts 3 forward passes, the first one 2, a layer
-    without weights after a trainable one 2, and a layer before every trainable one 1.
+    (as much again). So a trainable layer counts 3 forward passes, the first trainable one 2,
+    a layer without weights after a trainable one 2, and a layer before every trainable one 1.
 
     Parameters
     ----------
@@ -254,6 +254,8 @@ def roofline(
 
     Raises
     ------
+    TypeError
+        If ``precision`` is not a string.
     ValueError
         If ``gpu`` or ``precision`` is unknown, or the data sheet of ``gpu`` has no rate for
         ``precision``.
