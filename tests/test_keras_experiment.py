@@ -337,7 +337,6 @@ def test_smoke_run_writes_a_record(kce, tmp_path, capsys):
     assert not found  # a smoke test on a CPU is no GPU result
 
 
-@pytest.mark.slow
 def test_runs_on_the_torch_backend_without_tensorflow_imported(tmp_path):
     code = (
         "import runpy, sys\n"

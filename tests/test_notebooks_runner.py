@@ -48,7 +48,6 @@ def test_run_all_writes_executed_copies_html_and_summary(tmp_path, capsys):
     assert "pass" in (out / "summary.txt").read_text()
 
 
-@pytest.mark.slow
 def test_append_adds_a_second_environment_to_the_summary(tmp_path):
     for track, source in [("pytorch", "1 + 1"), ("gluon", "2 + 2")]:
         (tmp_path / track).mkdir()

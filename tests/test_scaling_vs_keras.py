@@ -44,7 +44,6 @@ def run_keras(initial_scale: float, growth_steps: int, seq: list[str]):
     return used, skipped, after, float(var.numpy()[0])
 
 
-@pytest.mark.slow
 @given(
     init=st.sampled_from([2.0**15, 2.0**16, 3.0, 1e30]),
     growth_steps=st.sampled_from([1, 2, 3]),

@@ -46,7 +46,6 @@ def test_choose_backend_on_a_cpu(monkeypatch):
     assert choose_backend(2) == "gloo"
 
 
-@pytest.mark.slow
 def test_workers_run_calls_every_rank_and_keep_their_processes():
     with Workers(world_size=2, backend="gloo") as workers:
         run = workers.run(f"{HERE}:all_reduce_rank", 10.0)
@@ -62,7 +61,6 @@ def test_workers_run_calls_every_rank_and_keep_their_processes():
     assert not workers.running and _no_children()
 
 
-@pytest.mark.slow
 def test_a_failing_rank_ends_every_process_and_reports_its_traceback():
     workers = Workers(world_size=2, backend="gloo")
     with pytest.raises(WorkerError, match="rank one is broken") as info:
@@ -72,7 +70,6 @@ def test_a_failing_rank_ends_every_process_and_reports_its_traceback():
     assert not workers.running and _no_children()
 
 
-@pytest.mark.slow
 def test_launch_times_out_and_cleans_up():
     start = time.monotonic()
     with pytest.raises(WorkerError, match="within 3 s") as info:
