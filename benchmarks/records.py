@@ -24,13 +24,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from mptutor import hardware
-from mptutor.atomic import write_text
 from mptutor.bench import RESULTS_DIR
 
 ROOT = RESULTS_DIR.parents[1]
@@ -87,6 +87,18 @@ _SMI_FIELDS = (
     "persistence_mode",
     "compute_mode",
 )
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` through a temporary file beside it: complete or absent."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def add_record_options(parser: argparse.ArgumentParser, smoke_help: str) -> None:
@@ -254,7 +266,7 @@ def save_result(
     text = json.dumps(record, indent=2) + "\n"
     target = Path(out_dir) / f"{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_text(target, text)
+    _write_atomically(target, text)
     return target
 
 
