@@ -21,7 +21,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from importlib.util import find_spec
@@ -29,31 +28,15 @@ from typing import Any, TypeVar
 
 from mptutor._checks import check_scalar, check_type
 
-__all__ = [
-    "GpuInfo",
-    "HardwareReport",
-    "report",
-    "gpus",
-    "pick",
-    "cpu_features",
-    "architecture",
-]
+__all__ = ["GpuInfo", "HardwareReport", "report", "gpus", "pick"]
 
 T = TypeVar("T")
 
 #: Import names whose versions the report lists, in this order.
-REPORTED_PACKAGES: tuple[str, ...] = (
-    "numpy",
-    "ml_dtypes",
-    "torch",
-    "tensorflow",
-    "keras",
-    "mxnet",
-    "jax",
-)
+_PACKAGES = ("numpy", "ml_dtypes", "torch", "tensorflow", "keras", "mxnet", "jax")
 
 #: First compute capability of each NVIDIA architecture that has Tensor Cores.
-_ARCHITECTURES: tuple[tuple[tuple[int, int], str], ...] = (
+_ARCHITECTURES = (
     ((10, 0), "Blackwell"),
     ((9, 0), "Hopper"),
     ((8, 9), "Ada Lovelace"),
@@ -62,40 +45,12 @@ _ARCHITECTURES: tuple[tuple[tuple[int, int], str], ...] = (
     ((7, 0), "Volta"),
 )
 
+#: First compute capability whose Tensor Cores take each precision (keys of
+#: :data:`mptutor.formats.PRECISIONS`): the one place these thresholds are stated.
+_TENSOR_CORES_FROM = {"fp16": (7, 0), "tf32": (8, 0), "bf16": (8, 0), "fp8_e4m3": (8, 9)}
+
 #: CPU flags (from /proc/cpuinfo) that speed up low-precision arithmetic on a CPU.
-_CPU_FLAGS: tuple[str, ...] = (
-    "avx2",
-    "avx512f",
-    "avx512_bf16",
-    "avx512_fp16",
-    "amx_bf16",
-    "amx_fp16",
-)
-
-
-def architecture(compute_capability: tuple[int, int]) -> str:
-    """Name the NVIDIA architecture of a compute capability.
-
-    Parameters
-    ----------
-    compute_capability : tuple of int
-        ``(major, minor)``, e.g. ``(9, 0)``.
-
-    Returns
-    -------
-    str
-        ``"Hopper"``, ``"Ampere"``, ... or ``"pre-Volta"`` for GPUs without Tensor Cores.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``compute_capability`` is not two whole numbers >= 0.
-    """
-    cc = _capability(compute_capability)
-    for first, name in _ARCHITECTURES:
-        if cc >= first:
-            return name
-    return "pre-Volta"
+_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
 
 
 def _capability(value: Any) -> tuple[int, int]:
@@ -108,7 +63,7 @@ def _capability(value: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One GPU and the low-precision arithmetic it supports.
+    """One GPU and the low-precision arithmetic its Tensor Cores take.
 
     Attributes
     ----------
@@ -120,6 +75,11 @@ class GpuInfo:
         ``(major, minor)``.
     memory_gib : float
         Total device memory in GiB.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``compute_capability`` is not two whole numbers >= 0.
     """
 
     index: int
@@ -130,30 +90,35 @@ class GpuInfo:
     def __post_init__(self) -> None:
         object.__setattr__(self, "compute_capability", _capability(self.compute_capability))
 
+    def _takes(self, precision: str) -> bool:
+        """Whether the Tensor Cores take a precision (a key of ``_TENSOR_CORES_FROM``)."""
+        return self.compute_capability >= _TENSOR_CORES_FROM[precision]
+
     @property
     def architecture(self) -> str:
-        """Architecture name, see :func:`architecture`."""
-        return architecture(self.compute_capability)
+        """``"Hopper"``, ``"Ampere"``, ... or ``"pre-Volta"`` for GPUs without Tensor Cores."""
+        first = (name for cc, name in _ARCHITECTURES if self.compute_capability >= cc)
+        return next(first, "pre-Volta")
 
     @property
     def tensor_cores(self) -> bool:
         """Whether the GPU has Tensor Cores (Volta, compute capability 7.0, and later)."""
-        return self.compute_capability >= (7, 0)
-
-    @property
-    def bf16(self) -> bool:
-        """Whether the Tensor Cores take BF16 (Ampere, 8.0, and later)."""
-        return self.compute_capability >= (8, 0)
+        return self._takes("fp16")
 
     @property
     def tf32(self) -> bool:
         """Whether FP32 matrix products can run as TF32 on Tensor Cores (8.0 and later)."""
-        return self.compute_capability >= (8, 0)
+        return self._takes("tf32")
+
+    @property
+    def bf16(self) -> bool:
+        """Whether the Tensor Cores take BF16 (Ampere, 8.0, and later)."""
+        return self._takes("bf16")
 
     @property
     def fp8(self) -> bool:
         """Whether the Tensor Cores take FP8 (Ada 8.9, Hopper 9.0 and later)."""
-        return self.compute_capability >= (8, 9)
+        return self._takes("fp8_e4m3")
 
 
 @dataclass
@@ -171,7 +136,8 @@ class HardwareReport:
     cpu_count : int
         Logical CPU cores.
     cpu_features : dict of str to bool
-        Selected CPU flags (AVX-512 BF16/FP16, AMX).
+        Whether the CPU has each of ``avx2, avx512f, avx512_bf16, avx512_fp16, amx_bf16,
+        amx_fp16`` (all ``False`` where ``/proc/cpuinfo`` cannot be read).
     gpus : list of GpuInfo
         CUDA GPUs found (empty on a CPU-only machine).
     packages : dict of str to str or None
@@ -212,25 +178,16 @@ class HardwareReport:
         return f"CPU: {self.cpu}, {self.cpu_count} cores"
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the report as plain data (for JSON provenance records).
+        """Return the report as plain data, for JSON provenance records.
 
         Returns
         -------
         dict
-            All fields, GPUs as dictionaries with their derived capabilities.
+            All fields and ``device``; GPUs as dictionaries with their derived capabilities.
         """
         out = asdict(self)
-        out["gpus"] = [
-            dict(
-                asdict(g),
-                architecture=g.architecture,
-                tensor_cores=g.tensor_cores,
-                bf16=g.bf16,
-                tf32=g.tf32,
-                fp8=g.fp8,
-            )
-            for g in self.gpus
-        ]
+        derived = ("architecture", "tensor_cores", "bf16", "tf32", "fp8")
+        out["gpus"] = [dict(asdict(g), **{k: getattr(g, k) for k in derived}) for g in self.gpus]
         out["device"] = self.device
         return out
 
@@ -244,26 +201,23 @@ class HardwareReport:
             lines.append(f"      low-precision CPU instructions: {', '.join(flags)}")
         if not self.gpus:
             lines.append("GPU:  none found; notebooks take their small CPU path")
+        yes = {True: "yes", False: "no"}
         for g in self.gpus:
             major, minor = g.compute_capability
-            caps = [
-                f"Tensor Cores: {'yes' if g.tensor_cores else 'no'}",
-                f"TF32: {'yes' if g.tf32 else 'no'}",
-                f"BF16: {'yes' if g.bf16 else 'no'}",
-                f"FP8: {'yes' if g.fp8 else 'no'}",
-            ]
             lines.append(
                 f"GPU {g.index}: {g.name}, {g.architecture} (compute capability {major}.{minor}),"
                 f" {g.memory_gib:.0f} GiB"
             )
-            lines.append("      " + ", ".join(caps))
+            lines.append(
+                f"      Tensor Cores: {yes[g.tensor_cores]}, TF32: {yes[g.tf32]}, "
+                f"BF16: {yes[g.bf16]}, FP8: {yes[g.fp8]}"
+            )
         if self.gpus and self.device == "cpu":
             lines.append("      MPTUTOR_DEVICE=cpu is set: notebooks take their CPU path")
         if self.cuda or self.driver:
             lines.append(f"CUDA: {self.cuda or '?'} (driver {self.driver or '?'})")
-        installed = [f"{k} {v}" for k, v in self.packages.items() if v]
+        lines.append("Packages: " + ", ".join(f"{k} {v}" for k, v in self.packages.items() if v))
         missing = [k for k, v in self.packages.items() if not v]
-        lines.append("Packages: " + ", ".join(installed))
         if missing:
             lines.append("Not installed: " + ", ".join(missing))
         lines.append(f"Device used: {self.device}")
@@ -271,18 +225,7 @@ class HardwareReport:
 
 
 def _device_override() -> str | None:
-    """Return the device forced by the ``MPTUTOR_DEVICE`` environment variable, if any.
-
-    Returns
-    -------
-    str or None
-        ``"cpu"`` or ``"cuda"``; ``None`` when the variable is unset or empty.
-
-    Raises
-    ------
-    ValueError
-        If the variable holds anything else.
-    """
+    """``MPTUTOR_DEVICE`` (``"cpu"``, ``"cuda"`` or ``None`` if unset); ValueError otherwise."""
     value = os.environ.get("MPTUTOR_DEVICE", "").strip().lower()
     if not value:
         return None
@@ -291,110 +234,46 @@ def _device_override() -> str | None:
     return value
 
 
-def _distribution_version(import_name: str) -> str | None:
-    """Version of the installed distribution that provides an import name, without importing it."""
+def _version(import_name: str) -> str | None:
+    """Version of the distribution that provides an import name, without importing it."""
     if find_spec(import_name) is None:
         return None
-    dists = metadata.packages_distributions().get(import_name, [])
-    for dist in dists:
+    for dist in metadata.packages_distributions().get(import_name, []) + [import_name]:
         try:
             return metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    try:
-        return metadata.version(import_name)
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return "unknown"
 
 
-def _framework_versions(packages: tuple[str, ...] = REPORTED_PACKAGES) -> dict[str, str | None]:
-    """Installed versions of the frameworks, read from package metadata (nothing is imported).
-
-    Parameters
-    ----------
-    packages : tuple of str, optional
-        Import names to look up.
-
-    Returns
-    -------
-    dict of str to str or None
-        Version per import name, ``None`` for packages that are not installed.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``packages`` is not a list of top-level import names.
-    """
-    if isinstance(packages, (str, bytes)) or not isinstance(packages, Iterable):
-        raise TypeError(f"packages must be a list of import names, got {packages!r:.80}")
-    names = list(packages)
-    bad = [n for n in names if not (isinstance(n, str) and n.isidentifier())]
-    if bad:
-        raise ValueError(f"packages must be top-level import names like 'numpy', got {bad}")
-    return {name: _distribution_version(name) for name in names}
-
-
-def _cpu_name() -> str:
-    """Return the CPU model name.
-
-    Returns
-    -------
-    str
-        From ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`.
-    """
+def _cpuinfo(key: str) -> str:
+    """Return the first ``/proc/cpuinfo`` value whose line starts with ``key`` ("" if none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.lower().startswith("model name"):
-                    return " ".join(line.split(":", 1)[1].split())
+                if line.lower().startswith(key):
+                    return line.split(":", 1)[1]
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def cpu_features() -> dict[str, bool]:
-    """Whether the CPU has instructions that speed up low-precision arithmetic.
-
-    Returns
-    -------
-    dict of str to bool
-        One entry per flag in ``avx2, avx512f, avx512_bf16, avx512_fp16, amx_bf16, amx_fp16``;
-        all ``False`` where ``/proc/cpuinfo`` cannot be read.
-    """
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    return {flag: flag in flags for flag in _CPU_FLAGS}
+    return ""
 
 
 def _gpus_from_torch() -> tuple[list[GpuInfo], str | None] | None:
+    """Return the GPUs PyTorch sees and its CUDA version, if the caller imported PyTorch."""
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "cuda"):
         return None
-
     if not torch.cuda.is_available():
         return [], torch.version.cuda
     found = []
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
-        found.append(
-            GpuInfo(
-                index=i,
-                name=props.name,
-                compute_capability=(props.major, props.minor),
-                memory_gib=props.total_memory / 2**30,
-            )
-        )
+        found.append(GpuInfo(i, props.name, (props.major, props.minor), props.total_memory / 2**30))
     return found, torch.version.cuda
 
 
 def _nvidia_smi(query: str) -> list[list[str]]:
+    """Rows of ``nvidia-smi --query-gpu=<query>``; none where it is missing or fails."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
@@ -412,6 +291,7 @@ def _nvidia_smi(query: str) -> list[list[str]]:
 
 
 def _gpus_from_nvidia_smi() -> list[GpuInfo]:
+    """Return the GPUs ``nvidia-smi`` lists."""
     found = []
     for row in _nvidia_smi("index,name,compute_cap,memory.total"):
         try:
@@ -431,24 +311,7 @@ def gpus() -> list[GpuInfo]:
         Empty on a CPU-only machine.
     """
     from_torch = _gpus_from_torch()
-    if from_torch is not None:
-        return from_torch[0]
-    return _gpus_from_nvidia_smi()
-
-
-def _has_gpu() -> bool:
-    """Whether notebooks should take their GPU path.
-
-    Returns
-    -------
-    bool
-        ``True`` when a CUDA GPU is present and ``MPTUTOR_DEVICE=cpu`` is not set.
-    """
-    if _device_override() == "cpu":
-        return False
-    if "report" in _CACHE:
-        return bool(_CACHE["report"].gpus)
-    return bool(gpus())
+    return from_torch[0] if from_torch is not None else _gpus_from_nvidia_smi()
 
 
 def pick(cpu: T, gpu: T, on: Any = None) -> T:
@@ -482,7 +345,10 @@ def pick(cpu: T, gpu: T, on: Any = None) -> T:
     32
     """
     if on is None:
-        return gpu if _has_gpu() else cpu
+        if _device_override() == "cpu":
+            return cpu
+        found = _CACHE["report"].gpus if "report" in _CACHE else gpus()
+        return gpu if found else cpu
     kind = getattr(on, "device_type", None) or getattr(on, "type", None) or on  # MXNet, torch
     if not isinstance(kind, str):
         raise TypeError(
@@ -519,14 +385,18 @@ def report(refresh: bool = False) -> HardwareReport:
     from_torch = _gpus_from_torch()
     gpu_list, cuda = from_torch if from_torch is not None else (_gpus_from_nvidia_smi(), None)
     driver_rows = _nvidia_smi("driver_version") if gpu_list else []
+    flags = set(_cpuinfo("flags").split())
     result = HardwareReport(
         python=platform.python_version(),
         system=f"{platform.system()} {platform.machine()}",
-        cpu=_cpu_name(),
+        cpu=" ".join(_cpuinfo("model name").split())
+        or platform.processor()
+        or platform.machine()
+        or "unknown CPU",
         cpu_count=os.cpu_count() or 1,
-        cpu_features=cpu_features(),
+        cpu_features={flag: flag in flags for flag in _CPU_FLAGS},
         gpus=gpu_list,
-        packages=_framework_versions(),
+        packages={name: _version(name) for name in _PACKAGES},
         cuda=cuda if gpu_list else None,
         driver=driver_rows[0][0] if driver_rows else None,
     )
@@ -536,4 +406,3 @@ def report(refresh: bool = False) -> HardwareReport:
 
 if __name__ == "__main__":  # pragma: no cover - manual use: python -m mptutor.hardware
     print(report())
-    sys.exit(0)
