@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets 
 import records  # noqa: E402
 import targets  # noqa: E402
 
-from mptutor import bench, hardware  # noqa: E402
+from mptutor import hardware  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
 from mptutor import torch_perf as tp  # noqa: E402
 from mptutor.table import Table  # noqa: E402
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     path = records.save_record("gemm_sweep", device, data, args, gpu_before=gpu_before)
     if path is not None:
         print("saved", path)
-        checks = targets.check_targets([(path, bench.load_result(path))], every_target=False)
+        checks = targets.check_targets([(path, records.read_record(path))], every_target=False)
         print(checks if len(checks) else "no target applies to this record")
 
 

@@ -13,7 +13,8 @@ what is needed to trust it later:
   temperature and throttle reasons that ``nvidia-smi`` reports before and after the run;
 - the raw timings.
 
-Readers live in the package (:mod:`mptutor.bench`); the targets in :mod:`targets`.
+The notebooks read records through :mod:`mptutor.bench` (``find_records``, ``provenance``,
+``label``); :func:`read_record` here is the same reader. The targets live in :mod:`targets`.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from mptutor import hardware
-from mptutor.bench import RESULTS_DIR
+from mptutor.bench import _read_record as read_record  # noqa: F401 - the notebooks' reader
 
-ROOT = RESULTS_DIR.parents[1]
+ROOT = Path(__file__).resolve().parents[1]
+#: Where measurement records are committed (the scripts write into ``--out`` only).
+RESULTS_DIR = ROOT / "data" / "results"
 
 #: Environment variables that change what a product computes or how it is measured.
 ENV_VARIABLES = (

@@ -41,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets 
 import records  # noqa: E402
 import targets  # noqa: E402
 
-from mptutor import bench  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
 from mptutor import torch_perf as tp  # noqa: E402
 from mptutor.scaling import DynamicLossScaler  # noqa: E402
@@ -273,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     if path is not None:
         print(f"saved {path}")
-        checks = targets.check_targets([(path, bench.load_result(path))], every_target=False)
+        checks = targets.check_targets([(path, records.read_record(path))], every_target=False)
         print(checks if len(checks) else "no target applies to this record")
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mptutor.bench import find_records, record_device, record_kind
+from mptutor.bench import _record_device as record_device
+from mptutor.bench import find_records, record_kind
 from mptutor.table import Table
 
 #: The GEMM size at which the GEMM targets are stated.
@@ -237,7 +238,7 @@ def record_figures(record: dict[str, Any], path: Any = None) -> dict[str, float 
     Parameters
     ----------
     record : dict
-        A record (:func:`mptutor.bench.load_result`).
+        A record (:func:`records.read_record`).
     path : path-like, optional
         Its file, named in errors.
 

@@ -22,58 +22,61 @@ from typing import Any
 
 from mptutor._checks import check_scalar
 
-__all__ = [
-    "Timing",
-    "time_fn",
-    "RESULTS_DIR",
-    "load_result",
-    "find_records",
-    "record_kind",
-    "record_device",
-    "provenance",
-    "label",
-]
+__all__ = ["Timing", "time_fn", "find_records", "record_kind", "provenance", "label"]
 
-#: Where measurement records are committed.
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "data" / "results"
-_ROOT = RESULTS_DIR.parents[1]
+_RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
+_ROOT = _RESULTS.parents[1]
 _FIELDS = ("name", "date", "command", "hardware", "data")
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Repeated timings of one function, in seconds.
+    """Repeated timings of one function, in seconds per call.
 
     Attributes
     ----------
     times : tuple of float
-        Every timed call, in order.
+        Seconds per call, one value per timed sample (the sample's time over ``inner``).
     warmup : int
         Untimed calls made first.
+    inner : int
+        Calls per sample: 1 for :func:`time_fn`, calibrated by
+        ``mptutor.torch_perf.time_calls``.
+    method : str
+        How a sample was timed: ``"wall-clock"`` (``time.perf_counter``, a GPU waited for),
+        ``"cuda-graph"`` (a replay of a CUDA graph of ``inner`` calls, timed with CUDA events)
+        or ``"cuda-events"`` (``inner`` calls launched from the host, timed with CUDA events).
+    note : str
+        Why a fallback was taken, if one was.
     """
 
     times: tuple[float, ...]
     warmup: int
+    inner: int = 1
+    method: str = "wall-clock"
+    note: str = ""
 
     @property
     def median(self) -> float:
-        """Median time per call."""
+        """Median seconds per call."""
         return statistics.median(self.times)
 
     @property
     def spread(self) -> float:
-        """Interquartile range divided by the median (0 for fewer than 4 repeats)."""
+        """Interquartile range divided by the median (0 for fewer than 4 samples)."""
         if len(self.times) < 4:
             return 0.0
         q1, _, q3 = statistics.quantiles(self.times, n=4)
         return (q3 - q1) / self.median
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the raw times with their median, for a JSON record."""
-        return {"median_s": self.median, "spread": self.spread, **asdict(self)}
+        """Return the raw times with their median and spread (no empty note), for a JSON record."""
+        out = {"median_s": self.median, "spread": self.spread, **asdict(self)}
+        return out if self.note else {k: v for k, v in out.items() if k != "note"}
 
 
 def _synchronizer(device: Any) -> Callable[[], None]:
+    """Return a function that waits for a CUDA device (through the caller's PyTorch), or not."""
     name = str(device)
     if name.split(":")[0] != "cuda":
         return lambda: None
@@ -134,31 +137,9 @@ def time_fn(
     return Timing(tuple(times), warmup)
 
 
-def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a measurement record.
-
-    Parameters
-    ----------
-    path : path-like
-        A JSON record, or a bare name looked up in ``data/results``.
-
-    Returns
-    -------
-    dict
-        The record: ``name, date, command, hardware, data`` and, where it was known,
-        ``git_commit`` and ``environment``.
-
-    Raises
-    ------
-    FileNotFoundError
-        If there is no such file.
-    ValueError
-        If the file is not JSON (a truncated record, say) or not a measurement record; the
-        message names the file.
-    """
+def _read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a JSON record; FileNotFoundError or a ValueError naming the file if it is not one."""
     p = Path(path)
-    if not p.suffix and not p.exists():
-        p = RESULTS_DIR / f"{p}.json"
     if not p.is_file():
         raise FileNotFoundError(f"no measurement record at {p}")
     try:
@@ -180,11 +161,22 @@ def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def record_kind(record: dict[str, Any]) -> str:
-    """Return the benchmark that wrote a record: its name up to the first ``-``."""
+    """Return the benchmark that wrote a record: its name up to the first ``-``.
+
+    Parameters
+    ----------
+    record : dict
+        A record, as :func:`find_records` gives it.
+
+    Returns
+    -------
+    str
+        E.g. ``"gemm_sweep"`` for a record named ``"gemm_sweep-cuda-NVIDIA_H100"``.
+    """
     return str(record["name"]).split("-")[0]
 
 
-def record_device(record: dict[str, Any]) -> str:
+def _record_device(record: dict[str, Any]) -> str:
     """Return ``"cuda"`` or ``"cpu"``: the device the recorded benchmark ran on."""
     device = record["data"].get("device") or record["hardware"].get("device") or "cpu"
     return str(device).split(":")[0]
@@ -220,13 +212,13 @@ def find_records(
     ValueError
         If a file in the folder is not a measurement record (the message names it).
     """
-    folder = Path(results_dir) if results_dir is not None else RESULTS_DIR
+    folder = Path(results_dir) if results_dir is not None else _RESULTS
     found = []
     for path in sorted(folder.glob("*.json")):
-        record = load_result(path)
+        record = _read_record(path)
         if kind is not None and record_kind(record) != kind:
             continue
-        if device is not None and record_device(record) != device:
+        if device is not None and _record_device(record) != device:
             continue
         if record["data"].get("smoke") and not include_smoke:
             continue
@@ -236,7 +228,7 @@ def find_records(
 
 def _machine(record: dict[str, Any]) -> str:
     hw = record["hardware"]
-    if record_device(record) == "cuda" and hw.get("gpus"):
+    if _record_device(record) == "cuda" and hw.get("gpus"):
         gpu = hw["gpus"][0]
         major, minor = gpu.get("compute_capability", ("?", "?"))
         return f"{gpu.get('name', '?')} ({gpu.get('architecture', '?')}, sm_{major}{minor})"
@@ -249,7 +241,7 @@ def label(record: dict[str, Any]) -> str:
     Parameters
     ----------
     record : dict
-        A record (:func:`load_result`).
+        A record, as :func:`find_records` gives it.
 
     Returns
     -------
@@ -268,7 +260,7 @@ def provenance(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str
     path : path-like
         The record's file.
     record : dict
-        The record (:func:`load_result`).
+        The record, as :func:`find_records` gives it.
 
     Returns
     -------

@@ -81,25 +81,25 @@ def test_find_records_by_kind_device_and_smoke(tmp_path):
     assert [p.name for p, _ in bench.find_records(device="cpu", results_dir=tmp_path)] == [
         "scaler_overhead-cpu-mlp.json"
     ]
-    record = bench.load_result(tmp_path / "gemm_sweep-cuda-H100.json")
-    assert bench.record_kind(record) == "gemm_sweep" and bench.record_device(record) == "cuda"
+    record = bench._read_record(tmp_path / "gemm_sweep-cuda-H100.json")
+    assert bench.record_kind(record) == "gemm_sweep" and bench._record_device(record) == "cuda"
 
 
 def test_provenance_and_label_of_a_record(tmp_path):
     path = write_record(tmp_path, "gemm_sweep-cuda-H100", {"rows": [], "torch": "2.11.0+cu130"})
-    record = bench.load_result(path)
+    record = bench._read_record(path)
     row = bench.provenance(path, record)
     assert row["device"] == "NVIDIA H100 80GB HBM3 (Hopper, sm_90)"
     assert row["torch"] == "2.11.0+cu130" and row["git commit"] == "0123456789"
     assert row["record"] == path.name and row["command"] == "python benchmarks/x.py --out DIR"
     assert bench.label(record) == "RECORDED 2026-01-31 on NVIDIA H100 80GB HBM3 (Hopper, sm_90)"
-    cpu = bench.load_result(write_record(tmp_path, "x-cpu", {}, device="cpu"))
+    cpu = bench._read_record(write_record(tmp_path, "x-cpu", {}, device="cpu"))
     assert bench.label(cpu) == "RECORDED 2026-01-31 on CPU: some CPU, 2 cores"
 
 
 def test_a_missing_record_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="no measurement record at .*missing.json"):
-        bench.load_result(tmp_path / "missing.json")
+        bench._read_record(tmp_path / "missing.json")
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,7 @@ def test_a_bad_record_is_refused_with_its_path(tmp_path, text, message):
     path = tmp_path / "bad.json"
     path.write_bytes(text.encode("latin-1"))
     with pytest.raises(ValueError, match=message) as caught:
-        bench.load_result(path)
+        bench._read_record(path)
     assert str(path) in str(caught.value)
     with pytest.raises(ValueError, match="bad.json"):  # a folder with it says which file
         bench.find_records(results_dir=tmp_path)
@@ -129,5 +129,5 @@ def test_a_bad_record_is_refused_with_its_path(tmp_path, text, message):
 
 def test_committed_records_have_provenance():
     for path in sorted((ROOT / "data" / "results").glob("*.json")):
-        record = bench.load_result(path)
+        record = bench._read_record(path)
         assert record["command"] and record["date"] and record["hardware"]["packages"], path

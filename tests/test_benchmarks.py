@@ -59,7 +59,7 @@ def test_a_record_carries_its_provenance(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MPTUTOR_COMMIT", "feedc0ffee")
     path = records.save_result("demo-cpu", {"times": [0.1, 0.2]}, tmp_path / "new", command="demo")
-    record = bench.load_result(path)
+    record = bench._read_record(path)
     assert record["data"] == {"times": [0.1, 0.2]} and record["command"] == "demo"
     assert record["git_commit"] == "feedc0ffee" and record["hardware"]["cpu"]
     variables = record["environment"]["variables"]
@@ -68,7 +68,7 @@ def test_a_record_carries_its_provenance(tmp_path, monkeypatch):
     assert "NVIDIA_TF32_OVERRIDE" in record["environment"]["variables_checked"]
     assert set(record["environment"]) >= {"packages", "gpu_state_before", "gpu_state_after"}
     assert records.save_result("x", {}, tmp_path, commit_id="given") != path
-    assert bench.load_result(tmp_path / "x.json")["git_commit"] == "given"
+    assert bench._read_record(tmp_path / "x.json")["git_commit"] == "given"
 
 
 def test_the_commit_comes_from_the_argument_the_variable_or_git(monkeypatch):
@@ -81,7 +81,7 @@ def test_the_commit_comes_from_the_argument_the_variable_or_git(monkeypatch):
 
 def test_the_default_command_names_no_machine_path(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", [str(ROOT / "benchmarks" / "x.py"), "--out", "DIR"])
-    record = bench.load_result(records.save_result("cmd", {}, tmp_path))
+    record = bench._read_record(records.save_result("cmd", {}, tmp_path))
     assert record["command"] == "python benchmarks/x.py --out DIR"
 
 

@@ -24,14 +24,14 @@ def _script():
 
 
 def test_smoke_run_writes_a_record_into_the_folder_given(tmp_path, capsys):
-    before = sorted(bench.RESULTS_DIR.glob("*.json"))
+    before = sorted(bench._RESULTS.glob("*.json"))
     _script().main(["--smoke", "--out", str(tmp_path / "out"), "--commit", "abc123"])
     out = capsys.readouterr().out
     assert "FP8 speed-up" in out and "no target applies" in out
     (path,) = (tmp_path / "out").glob("*.json")
     assert path.name == "fp8_step-smoke-cpu.json"
-    assert sorted(bench.RESULTS_DIR.glob("*.json")) == before  # nothing into data/results
-    record = bench.load_result(path)
+    assert sorted(bench._RESULTS.glob("*.json")) == before  # nothing into data/results
+    record = bench._read_record(path)
     assert record["git_commit"] == "abc123" and record["command"].startswith("python")
     assert record["hardware"]["packages"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
     data = record["data"]
@@ -58,6 +58,6 @@ def test_without_out_nothing_is_written(tmp_path, monkeypatch, capsys):
 def test_smoke_run_on_a_gpu_takes_the_cuda_path(tmp_path):
     _script().main(["--smoke", "--device", "cuda", "--widths", "64", "--out", str(tmp_path)])
     (path,) = tmp_path.glob("*.json")
-    data = bench.load_result(path)["data"]
+    data = bench._read_record(path)["data"]
     assert data["device"].startswith("cuda") and data["gpu"]
     assert {r["compiled"] for r in data["rows"]} == {False, True}  # both, by default on a GPU
