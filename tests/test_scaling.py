@@ -278,11 +278,11 @@ def _good_state() -> dict:
         (lambda d: d | {"growth_tracker": 1.0}, r"growth_tracker'\] must be an int, got 1.0"),
         (lambda d: d | {"min_scale": 2048.0}, "min_scale"),
         (lambda d: d | {"steps": -1}, r"state_dict\['steps'\] must be in \[0, \d+\], got -1"),
-        (lambda d: d | {"steps": 2}, "history.*inconsistent"),
+        (lambda d: d | {"steps": 2}, r"history'\] must hold lists of steps - first_step = 2"),
         (lambda d: d | {"history": [1]}, "history"),
         (
             lambda d: d | {"history": d["history"] | {"scales": 64.0}},
-            r"\['scales'\] must be a list",
+            r"history'\] must hold lists",
         ),
         (lambda d: d | {"history": d["history"] | {"skipped": ["no"]}}, r"skipped'\]\[0\]"),
         (lambda d: d | {"history": d["history"] | {"scales": [0.0]}}, r"scales'\]\[0\]"),
@@ -300,6 +300,7 @@ def test_load_state_dict_rejects_malformed_dicts_and_changes_nothing(change, mes
 # --- bad constructor arguments ----------------------------------------------------------------
 
 POSITIVE = r"must be in \(0, inf\)"
+INTERVAL = r"growth_interval must be in \[1, 2147483647\], got"
 
 
 @pytest.mark.parametrize(
@@ -325,14 +326,14 @@ POSITIVE = r"must be in \(0, inf\)"
         ({"backoff_factor": 2}, ValueError, r"backoff_factor must be in \(0, 1\), got 2"),
         ({"backoff_factor": math.nan}, ValueError, "backoff_factor must be a finite number"),
         ({"backoff_factor": False}, TypeError, "backoff_factor must be a real number"),
-        ({"growth_interval": 0}, ValueError, r"growth_interval must be in \[1, inf\], got 0"),
-        ({"growth_interval": -3}, ValueError, r"growth_interval must be in \[1, inf\], got -3"),
-        ({"growth_interval": 2**31}, ValueError, r"growth_interval=2147483648 exceeds 2\*\*31"),
+        ({"growth_interval": 0}, ValueError, f"{INTERVAL} 0"),
+        ({"growth_interval": -3}, ValueError, f"{INTERVAL} -3"),
+        ({"growth_interval": 2**31}, ValueError, f"{INTERVAL} 2147483648"),
         ({"growth_interval": 2000.0}, TypeError, "growth_interval must be an int, got 2000.0"),
         ({"growth_interval": True}, TypeError, "growth_interval must be an int, got True"),
         ({"growth_interval": "2000"}, TypeError, "growth_interval must be an int"),
-        ({"min_scale": 0.0}, ValueError, f"min_scale {POSITIVE}, got 0.0"),
-        ({"min_scale": -1}, ValueError, f"min_scale {POSITIVE}, got -1"),
+        ({"min_scale": 0.0}, ValueError, r"min_scale must be in \(0, 3.40282e\+38\], got 0.0"),
+        ({"min_scale": -1}, ValueError, r"min_scale must be in \(0, 3.40282e\+38\], got -1"),
         ({"min_scale": math.inf}, ValueError, "min_scale must be a finite number"),
         ({"min_scale": math.nan}, ValueError, "min_scale must be a finite number"),
         ({"min_scale": True}, TypeError, "min_scale must be a real number, got True"),
@@ -342,12 +343,12 @@ POSITIVE = r"must be in \(0, inf\)"
         ({"max_scale": math.inf}, ValueError, "max_scale must be a finite number"),
         ({"max_scale": math.nan}, ValueError, "max_scale must be a finite number"),
         ({"max_scale": "big"}, TypeError, "max_scale must be a real number or None"),
-        ({"max_scale": 1e-50}, ValueError, "max_scale=1e-50 is below the smallest float32 > 0"),
-        ({"min_scale": 1e39}, ValueError, "min_scale=1e.39 is above the float32 range"),
+        ({"max_scale": 1e-50}, ValueError, r"no float32 value lies in .* = \[1.0, 1e-50\]"),
+        ({"min_scale": 1e39}, ValueError, r"min_scale must be in \(0, 3.40282e\+38\], got 1e\+39"),
         (
             {"min_scale": 10.0, "max_scale": 1.0, "init_scale": 5.0},
             ValueError,
-            "min_scale=10.0 must not exceed max_scale=1.0",
+            r"no float32 value lies in \[min_scale, max_scale\] = \[10.0, 1.0\]",
         ),
         (
             {"min_scale": 0.1, "max_scale": 0.1, "init_scale": 0.1},
@@ -452,12 +453,11 @@ def test_static_scaler_rejects_bad_scales(scale, error, message):
 
 def test_scaling_imports_only_the_standard_library_numpy_and_mptutor():
     imported = set()
-    for path in Path(scaling.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                imported |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                imported.add((node.module or "").split(".")[0])
+    for node in ast.walk(ast.parse(Path(scaling.__file__).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
     assert "numpy" in imported
     assert imported - {"numpy", "mptutor"} <= set(sys.stdlib_module_names), imported
 
@@ -549,9 +549,7 @@ def test_state_dict_include_history_must_be_a_bool(cls, bad):
         ({"first_step": -1}, ValueError, r"first_step must be in \[0, 4611686018427387904\]"),
         ({"first_step": 1.5}, TypeError, "first_step must be an int, got 1.5"),
         ({"first_step": 2**70}, ValueError, "first_step must be in"),
-        ({"scales": [1.0, 2.0]}, TypeError, "scales must be an array.array with typecode 'f'"),
-        ({"skipped": array("f", [1.0])}, TypeError, "skipped must be an array.array with"),
-        ({"scales": array("f", [1.0])}, ValueError, "one entry per step, got 1 and 0"),
+        ({"scales": array("f", [1.0])}, TypeError, "unexpected keyword argument 'scales'"),
     ],
 )
 def test_scale_history_refuses_bad_fields(kwargs, error, message):

@@ -50,7 +50,6 @@ settings = st.fixed_dictionaries(
     {
         "adam": st.booleans(),
         "clip": st.sampled_from([None, 0.5]),
-        "flat": st.booleans(),
         "growth_interval": st.integers(1, 5),
         "min_scale": st.sampled_from([1.0, 2.0**-20, 64.0]),
     }
@@ -67,9 +66,7 @@ def _optimizer(s):
     scaler = DynamicLossScaler(
         init_scale=2.0**12, growth_interval=s["growth_interval"], min_scale=s["min_scale"]
     )
-    return mpt.MasterWeightOptimizer(
-        factory, model, scaler, clip_norm=s["clip"], flat_master=s["flat"]
-    )
+    return mpt.MasterWeightOptimizer(factory, model, scaler, clip_norm=s["clip"])
 
 
 _BASE = torch.randn(64, generator=torch.Generator().manual_seed(7)) * 1e-2

@@ -1,0 +1,619 @@
+"""Loss scaling without a framework: the dynamic loss-scale state machine of mixed precision.
+
+Small FP16 gradients underflow to zero. Loss scaling multiplies the loss by a factor ``S``
+before the backward pass, so every gradient comes out ``S`` times larger, and divides the
+gradients by ``S`` before the optimizer step. A *dynamic* scaler finds ``S`` by trial: when a
+step's gradients hold inf or NaN it skips that step and multiplies ``S`` by a backoff factor
+(0.5); after ``growth_interval`` consecutive clean steps it multiplies ``S`` by a growth factor
+(2). ``S`` so stays near the largest value that does not overflow.
+
+:class:`DynamicLossScaler` follows ``torch.amp.GradScaler``'s scale bit for bit, float32
+arithmetic included, as long as the scale stays at or above its floor ``min_scale``;
+:class:`StaticLossScaler` keeps one scale. Both record a :class:`ScaleHistory` and provide
+:class:`LossScaler`, the protocol the PyTorch, Keras and MXNet modules accept. How the
+frameworks' own scalers differ is written up in ``docs/loss-scaling-notes.md``.
+
+Examples
+--------
+>>> s = DynamicLossScaler(init_scale=8.0, growth_interval=2)
+>>> [s.update(found_inf) for found_inf in (False, True, False, False)]
+[True, False, True, True]
+>>> s.scale, list(s.history.scales), list(s.history.skipped)
+(8.0, [8.0, 8.0, 4.0, 4.0], [0, 1, 0, 0])
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterator, Mapping, Set
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from mptutor._checks import check_scalar, check_type
+
+__all__ = ["LossScaler", "DynamicLossScaler", "StaticLossScaler", "ScaleHistory"]
+
+#: Largest finite float32 value: the scale is held in float32, like GradScaler's.
+FLOAT32_MAX: float = float(np.finfo(np.float32).max)
+_MAX_STEPS = 2**62  # step counts stay within int64, in which ScaleHistory.arrays numbers them
+_INT32_MAX = 2**31 - 1  # GradScaler counts clean steps in an int32
+
+
+def _f32(x: float, direction: int = 0) -> float:
+    """Round to float32: to nearest (``direction`` 0), up (1) or down (-1); may give inf or 0."""
+    with np.errstate(over="ignore", under="ignore"):
+        y = np.float32(x)
+    if direction and (float(y) - x) * direction < 0:
+        y = np.nextafter(y, np.float32(direction * np.inf))
+    return float(y)
+
+
+def _scale_value(name: str, value: Any) -> float:
+    """Check a scale (a finite number > 0) and round it to the nearest float32."""
+    x = check_scalar(value, name, min_val=0, include_boundaries="neither")
+    y = _f32(x)
+    if math.isinf(y):
+        raise ValueError(f"{name}={x!r} overflows float32 (largest {FLOAT32_MAX:.8g})")
+    if y == 0:
+        raise ValueError(f"{name}={x!r} rounds to 0 in float32; the scale is held in float32")
+    return y
+
+
+def _found_inf(found_inf: Any) -> bool:
+    """Turn ``found_inf`` into a bool, refusing values whose truth is not a yes/no answer."""
+    if (
+        found_inf is None
+        or isinstance(found_inf, (str, bytes, bytearray, list, tuple, range, Mapping, Set))
+        or not hasattr(type(found_inf), "__bool__")
+    ):
+        raise TypeError(
+            "found_inf must be a bool, or a number or one-element array/tensor that bool() "
+            f"converts, got {found_inf!r:.80} of type {type(found_inf).__name__}"
+        )
+    try:
+        return bool(found_inf)
+    except (TypeError, ValueError, RuntimeError) as exc:  # e.g. a tensor of several elements
+        raise TypeError(f"found_inf must convert to one bool: {exc}") from exc
+
+
+@contextmanager
+def _malformed_state() -> Iterator[None]:
+    """Report a value of the wrong type in a state dict as a ``ValueError``, like any flaw."""
+    try:
+        yield
+    except TypeError as exc:
+        raise ValueError(f"malformed state_dict: {exc}") from exc
+
+
+def _check_keys(state: Any, kind: str, required: set[str], optional: set[str]) -> None:
+    """Check that ``state`` is a mapping for ``kind`` with exactly the allowed keys."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"state_dict must be a dict, got {type(state).__name__}")
+    if state.get("type") != kind:
+        raise ValueError(f"state_dict has type={state.get('type')!r}; a {kind} loads type={kind!r}")
+    missing = sorted(required - set(state))
+    unknown = sorted(set(state) - required - optional, key=str)
+    if missing or unknown:
+        raise ValueError(
+            f"state_dict for {kind}: missing keys {missing}, unexpected keys {unknown}; "
+            f"expected {sorted(required)} and optionally {sorted(optional)}"
+        )
+
+
+@dataclass(repr=False)
+class ScaleHistory:
+    """The scale used at every update and whether that step was skipped, for plotting.
+
+    Attributes
+    ----------
+    first_step : int
+        Step number of ``scales[0]``: 0, or the step a scaler resumed at from a state dict
+        saved without its history.
+    scales : array.array of float (typecode ``"f"``)
+        The scale in force at each recorded step (the one the loss was multiplied by).
+    skipped : array.array of int (typecode ``"B"``)
+        1 where the step found inf/NaN gradients and the optimizer step was skipped, else 0.
+
+    Examples
+    --------
+    >>> h = ScaleHistory()
+    >>> h.append(1024.0, False); h.append(1024.0, True)
+    >>> h.steps, h.skipped_steps().tolist()
+    (2, [1])
+    """
+
+    first_step: int = 0
+    scales: array = field(default_factory=lambda: array("f"), init=False)
+    skipped: array = field(default_factory=lambda: array("B"), init=False)
+
+    def __post_init__(self) -> None:
+        name, most = "first_step", _MAX_STEPS
+        self.first_step = check_scalar(self.first_step, name, int, min_val=0, max_val=most)
+
+    @property
+    def steps(self) -> int:
+        """Number of updates so far, those before ``first_step`` included."""
+        return self.first_step + len(self.scales)
+
+    def __len__(self) -> int:
+        return len(self.scales)
+
+    def __repr__(self) -> str:
+        return (
+            f"ScaleHistory(steps={self.steps}, first_step={self.first_step}, "
+            f"skipped={sum(self.skipped)})"
+        )
+
+    def append(self, scale: float, skipped: bool) -> None:
+        """Record one step.
+
+        Parameters
+        ----------
+        scale : float
+            The scale used in the step, a finite number > 0 (stored in float32).
+        skipped : bool
+            Whether the optimizer step was skipped.
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``scale`` is not a float32 scale or ``skipped`` not a bool; nothing is recorded.
+        """
+        scale = _scale_value("scale", scale)
+        check_type(skipped, "skipped", (bool, np.bool_), "True or False")
+        self._add(scale, bool(skipped))
+
+    def _add(self, scale: float, skipped: bool) -> None:
+        """Record one step, unchecked."""
+        self.scales.append(scale)
+        self.skipped.append(1 if skipped else 0)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return the history as NumPy arrays, ready for ``plt.step(steps, scales)``.
+
+        Returns
+        -------
+        steps : numpy.ndarray of int64
+            Step numbers, ``first_step`` onwards.
+        scales : numpy.ndarray of float64
+            The scale used at each step.
+        skipped : numpy.ndarray of bool
+            Whether each step was skipped.
+        """
+        steps = np.arange(self.first_step, self.steps, dtype=np.int64)
+        scales = np.frombuffer(self.scales, dtype=np.float32).astype(np.float64)
+        return steps, scales, np.frombuffer(self.skipped, dtype=np.uint8).astype(bool)
+
+    def skipped_steps(self) -> np.ndarray:
+        """Return the step numbers (int64, counted like :attr:`steps`) of the skipped steps."""
+        steps, _, skipped = self.arrays()
+        return steps[skipped]
+
+    def _state(self) -> dict[str, Any]:
+        """Return the history as plain lists, for a state dict."""
+        skipped = [bool(s) for s in self.skipped]
+        return {"first_step": self.first_step, "scales": list(self.scales), "skipped": skipped}
+
+    @classmethod
+    def _from_state(cls, state: Any, steps: int) -> ScaleHistory:
+        """Rebuild a history from ``state_dict()['history']`` of a scaler at ``steps``."""
+        name = "state_dict['history']"
+        if not isinstance(state, Mapping) or set(state) != {"first_step", "scales", "skipped"}:
+            raise ValueError(
+                f"{name} must be a dict with keys 'first_step', 'scales', 'skipped', "
+                f"got {state!r:.200}"
+            )
+        first = check_scalar(state["first_step"], f"{name}['first_step']", int, min_val=0)
+        scales, skipped = state["scales"], state["skipped"]
+        lists = all(isinstance(v, (list, tuple, array)) for v in (scales, skipped))
+        if not (lists and len(scales) == len(skipped) == steps - first):
+            raise ValueError(
+                f"{name} must hold lists of steps - first_step = {steps - first} scales and "
+                "skipped flags"
+            )
+        history = cls(first_step=first)
+        for i, (scale, skip) in enumerate(zip(scales, skipped, strict=True)):
+            if not (isinstance(skip, (bool, np.bool_)) or skip in (0, 1)):
+                raise ValueError(f"{name}['skipped'][{i}] must be a bool, got {skip!r}")
+            history._add(_scale_value(f"{name}['scales'][{i}]", scale), bool(skip))
+        return history
+
+
+@runtime_checkable
+class LossScaler(Protocol):
+    """What every framework module needs of a loss scaler (both scalers here provide it).
+
+    A framework module multiplies the loss by :attr:`scale`, checks the scaled gradients for
+    inf/NaN, calls :meth:`update` with the answer, and applies the step only when it returns
+    ``True``. ``state_dict``/``load_state_dict`` put the scaler in checkpoints.
+    """
+
+    @property
+    def scale(self) -> float:
+        """The scale to multiply the loss by."""
+        ...
+
+    @property
+    def history(self) -> ScaleHistory:
+        """The scales used and the steps skipped so far."""
+        ...
+
+    def update(self, found_inf: Any) -> bool:
+        """Record a step's overflow check and return whether to apply the step."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the scaler's state, for a checkpoint."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        ...
+
+
+class _Scaler:
+    """The two scalers' shared part: the scale, the history and the state dict's steps."""
+
+    _scale: float
+    _history: ScaleHistory
+
+    @property
+    def scale(self) -> float:
+        """The current scale (a float32 value): multiply the loss by it before backward."""
+        return self._scale
+
+    @property
+    def history(self) -> ScaleHistory:
+        """Every update so far: the scale used and whether the step was skipped (live)."""
+        return self._history
+
+    def _record(self, found_inf: Any) -> bool:
+        """Check ``found_inf``, add the step to the history and return it as a bool."""
+        found = _found_inf(found_inf)
+        self._history._add(self._scale, found)
+        return found
+
+    def _with_history(self, state: dict[str, Any], include_history: bool) -> dict[str, Any]:
+        """Add ``steps`` and, if asked for, ``history`` to a state dict."""
+        check_type(include_history, "include_history", bool, "True or False")
+        state["steps"] = self._history.steps
+        if include_history:
+            state["history"] = self._history._state()
+        return state
+
+    @staticmethod
+    def _load_history(state: Mapping[str, Any]) -> ScaleHistory:
+        """Return the history a state dict holds, or an empty one that counts on from its steps."""
+        name = "state_dict['steps']"
+        steps = check_scalar(state["steps"], name, int, min_val=0, max_val=_MAX_STEPS)
+        if "history" in state:
+            return ScaleHistory._from_state(state["history"], steps)
+        return ScaleHistory(first_step=steps)
+
+
+class StaticLossScaler(_Scaler):
+    """A loss scale that never changes, with the same interface as :class:`DynamicLossScaler`.
+
+    A step whose gradients overflowed must still be skipped: :meth:`update` says so, and the
+    history records it, but the scale stays.
+
+    Parameters
+    ----------
+    scale : float
+        The scale, a finite number > 0, rounded to float32.
+
+    Raises
+    ------
+    TypeError
+        If ``scale`` is not a real number (``True`` is refused too).
+    ValueError
+        If ``scale`` is not finite and > 0, or is outside the float32 range.
+
+    Examples
+    --------
+    >>> s = StaticLossScaler(128)
+    >>> s.update(True), s.update(False), s.scale
+    (False, True, 128.0)
+    """
+
+    def __init__(self, scale: float) -> None:
+        self._scale = _scale_value("scale", scale)
+        self._history = ScaleHistory()
+
+    def update(self, found_inf: Any) -> bool:
+        """Record one step; return ``not found_inf``, whether to take the optimizer step.
+
+        Raises
+        ------
+        TypeError
+            If ``found_inf`` does not convert to one bool (see :meth:`DynamicLossScaler.update`).
+        """
+        return not self._record(found_inf)
+
+    def state_dict(self, include_history: bool = False) -> dict[str, Any]:
+        """Return ``type``, ``scale``, ``steps`` and, if asked for, ``history`` (plain values)."""
+        state = {"type": "StaticLossScaler", "scale": self._scale}
+        return self._with_history(state, include_history)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore a state saved by :meth:`state_dict`.
+
+        Raises
+        ------
+        ValueError
+            If it is not such a state (another scaler's, a key missing or unknown, an invalid
+            value); the scaler is then left as it was.
+        """
+        _check_keys(state_dict, "StaticLossScaler", {"type", "scale", "steps"}, {"history"})
+        with _malformed_state():
+            scale = _scale_value("state_dict['scale']", state_dict["scale"])
+            history = self._load_history(state_dict)
+        self._scale, self._history = scale, history
+
+    def __repr__(self) -> str:
+        return f"StaticLossScaler(scale={self._scale!r}, steps={self._history.steps})"
+
+
+class DynamicLossScaler(_Scaler):
+    """A dynamic loss scale with ``torch.amp.GradScaler``'s trajectory, and a floor.
+
+    Call :meth:`update` once per step with whether the (scaled) gradients held inf or NaN; it
+    returns whether to take the optimizer step. Read :attr:`scale` for the next step's scale.
+
+    A clean step counts towards ``growth_interval``; when the count reaches it the scale is
+    multiplied by ``growth_factor`` and the count restarts. An inf/NaN step multiplies the scale
+    by ``backoff_factor`` and restarts the count. Products are computed in float64 and rounded
+    once to float32, as GradScaler's CPU kernel does; growth that would overflow float32 keeps
+    the scale. Unlike GradScaler, whose scale can halve down to 0, the scale stops at
+    ``min_scale``: there every overflowing step is still skipped, and
+    :attr:`overflows_at_floor` counts them (a long run means the loss or the forward pass
+    itself is inf or NaN, which no scale fixes).
+
+    Parameters
+    ----------
+    init_scale : float, optional
+        Starting scale, rounded to float32.
+    growth_factor : float, optional
+        Factor > 1 applied after ``growth_interval`` consecutive clean steps.
+    backoff_factor : float, optional
+        Factor in (0, 1) applied on every step with inf/NaN gradients.
+    growth_interval : int, optional
+        Consecutive clean steps before growing, 1 to ``2**31 - 1``.
+    min_scale : float, optional
+        The floor, a positive number rounded up to float32 (``2**-149``: GradScaler's
+        trajectory, except that the scale never reaches 0).
+    max_scale : float, optional
+        A cap GradScaler does not have, rounded down to float32; ``None``: no cap.
+
+    Raises
+    ------
+    TypeError
+        If an argument is not a number of its kind (``True`` is refused too).
+    ValueError
+        If an argument is not finite or out of range, ``[min_scale, max_scale]`` holds no
+        float32 value, or ``init_scale`` lies outside it.
+
+    Examples
+    --------
+    >>> s = DynamicLossScaler(init_scale=1000.0, growth_factor=1.1, growth_interval=1)
+    >>> s.update(False), s.scale  # float32(1000.0 * 1.1) in float64, then rounded
+    (True, 1100.0)
+    >>> s.update(True), s.scale
+    (False, 550.0)
+    >>> s = DynamicLossScaler(init_scale=4.0)
+    >>> [s.update(True) for _ in range(4)], s.scale, s.overflows_at_floor
+    ([False, False, False, False], 1.0, 2)
+    """
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        min_scale: float = 1.0,
+        max_scale: float | None = None,
+    ) -> None:
+        settings = self._settings(
+            growth_factor, backoff_factor, growth_interval, min_scale, max_scale
+        )
+        scale = _scale_value("init_scale", init_scale)
+        if float(init_scale) < float(min_scale):  # the values given, not the rounded ones
+            raise ValueError(
+                f"init_scale={init_scale!r} is below min_scale={min_scale!r}, the floor of the "
+                "scale; pass a smaller min_scale to start lower"
+            )
+        if max_scale is not None and float(init_scale) > float(max_scale):
+            raise ValueError(f"init_scale={init_scale!r} is above max_scale={max_scale!r}")
+        scale = min(max(scale, settings[3]), settings[4] or FLOAT32_MAX)
+        self._set(settings, scale, 0, 0, ScaleHistory())
+
+    @staticmethod
+    def _settings(growth: Any, backoff: Any, interval: Any, low: Any, high: Any) -> tuple:
+        """Check the settings (``__init__``'s arguments after ``init_scale``) and round them."""
+        positive: dict[str, Any] = {"min_val": 0, "include_boundaries": "neither"}
+        growth = check_scalar(growth, "growth_factor", min_val=1, include_boundaries="neither")
+        backoff = check_scalar(backoff, "backoff_factor", max_val=1, **positive)
+        interval = check_scalar(interval, "growth_interval", int, min_val=1, max_val=_INT32_MAX)
+        low_32 = _f32(
+            check_scalar(
+                low, "min_scale", min_val=0, max_val=FLOAT32_MAX, include_boundaries="right"
+            ),
+            1,
+        )
+        high_32 = check_scalar(high, "max_scale", allow_none=True, **positive)
+        if high_32 is not None:
+            high_32 = _f32(high_32, -1)
+            if not low_32 <= high_32:  # a max_scale below the smallest float32 gives 0
+                raise ValueError(
+                    f"no float32 value lies in [min_scale, max_scale] = [{low!r}, {high!r}]; "
+                    "the scale is held in float32"
+                )
+        return growth, backoff, interval, low_32, high_32
+
+    def _set(
+        self, settings: tuple, scale: float, tracker: int, at_floor: int, history: ScaleHistory
+    ) -> None:
+        """Set every field at once, so that a refused state changes nothing."""
+        self._growth_factor, self._backoff_factor, self._growth_interval = settings[:3]
+        self._min_scale, self._max_scale = settings[3:]
+        self._scale, self._growth_tracker, self._overflows_at_floor = scale, tracker, at_floor
+        self._history = history
+
+    @property
+    def growth_factor(self) -> float:
+        """Factor applied after ``growth_interval`` clean steps."""
+        return self._growth_factor
+
+    @property
+    def backoff_factor(self) -> float:
+        """Factor applied on a step with inf/NaN gradients."""
+        return self._backoff_factor
+
+    @property
+    def growth_interval(self) -> int:
+        """Consecutive clean steps before the scale grows."""
+        return self._growth_interval
+
+    @property
+    def min_scale(self) -> float:
+        """The floor of the scale (float32, rounded up from the argument)."""
+        return self._min_scale
+
+    @property
+    def max_scale(self) -> float | None:
+        """The cap of the scale (float32, rounded down from the argument), or ``None``."""
+        return self._max_scale
+
+    @property
+    def growth_tracker(self) -> int:
+        """Clean steps since the scale last changed, like GradScaler's ``_growth_tracker``."""
+        return self._growth_tracker
+
+    @property
+    def overflows_at_floor(self) -> int:
+        """Consecutive overflowing steps taken at the floor; 0 after a clean step."""
+        return self._overflows_at_floor
+
+    def update(self, found_inf: Any) -> bool:
+        """Record one step and move the scale; say whether to take the optimizer step.
+
+        Parameters
+        ----------
+        found_inf : bool
+            Whether this step's scaled gradients held any inf or NaN: anything ``bool()`` turns
+            into one answer (a NumPy bool, a count, a one-element array or tensor).
+
+        Returns
+        -------
+        bool
+            ``True`` to take the optimizer step (``not found_inf``), ``False`` to skip it.
+
+        Raises
+        ------
+        TypeError
+            If ``found_inf`` is ``None``, a string, a container, or an array/tensor of several
+            elements; nothing is recorded then.
+        """
+        scale = self._scale
+        if self._record(found_inf):
+            if scale == self._min_scale:
+                self._overflows_at_floor += 1
+            self._scale = max(_f32(scale * self._backoff_factor), self._min_scale)
+            self._growth_tracker = 0
+            return False
+        self._overflows_at_floor = 0
+        self._growth_tracker += 1
+        if self._growth_tracker == self._growth_interval:
+            new = min(_f32(scale * self._growth_factor), self._max_scale or math.inf)
+            self._scale = new if math.isfinite(new) else scale
+            self._growth_tracker = 0
+        return True
+
+    def state_dict(self, include_history: bool = False) -> dict[str, Any]:
+        """Return everything needed to resume this scaler bit for bit.
+
+        Parameters
+        ----------
+        include_history : bool, optional
+            Also store the history as plain lists. Without it a resumed scaler counts steps on,
+            but its history starts empty at the step it resumed from (``first_step``).
+
+        Returns
+        -------
+        dict
+            ``type``, ``scale``, ``growth_tracker``, ``overflows_at_floor``, the settings,
+            ``steps`` and, if asked for, ``history``: plain Python values, for pickle or JSON.
+        """
+        state = {
+            "type": "DynamicLossScaler",
+            "scale": self._scale,
+            "growth_tracker": self._growth_tracker,
+            "overflows_at_floor": self._overflows_at_floor,
+            "growth_factor": self._growth_factor,
+            "backoff_factor": self._backoff_factor,
+            "growth_interval": self._growth_interval,
+            "min_scale": self._min_scale,
+            "max_scale": self._max_scale,
+        }
+        return self._with_history(state, include_history)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore a state saved by :meth:`state_dict`, settings included.
+
+        A state saved before the floor existed (``min_scale`` ``None``) loads with the floor
+        ``2**-149``, where its scale stopped then.
+
+        Raises
+        ------
+        ValueError
+            If it is not such a state (another scaler's, a key missing or unknown, a value the
+            constructor refuses, a scale outside ``[min_scale, max_scale]``, a
+            ``growth_tracker`` outside ``[0, growth_interval)``, overflows counted above the
+            floor); the scaler is then left as it was.
+        """
+        s = state_dict
+        keys = {"type", "scale", "growth_tracker", "growth_factor", "backoff_factor", "steps"}
+        keys |= {"growth_interval", "min_scale", "max_scale"}
+        _check_keys(s, "DynamicLossScaler", keys, {"history", "overflows_at_floor"})
+        with _malformed_state():
+            low = 2.0**-149 if s["min_scale"] is None else s["min_scale"]
+            settings = self._settings(
+                s["growth_factor"], s["backoff_factor"], s["growth_interval"], low, s["max_scale"]
+            )
+            scale = _scale_value("state_dict['scale']", s["scale"])
+            if not settings[3] <= scale <= (settings[4] or FLOAT32_MAX):
+                raise ValueError(
+                    f"state_dict['scale']={scale!r} lies outside [min_scale, max_scale] = "
+                    f"[{settings[3]}, {settings[4]}]"
+                )
+            tracker = check_scalar(
+                s["growth_tracker"],
+                "state_dict['growth_tracker']",
+                int,
+                min_val=0,
+                max_val=settings[2],
+                include_boundaries="left",
+            )
+            name = "state_dict['overflows_at_floor']"
+            at_floor = check_scalar(s.get("overflows_at_floor", 0), name, int, min_val=0)
+            if at_floor and (scale != settings[3] or tracker):
+                raise ValueError(
+                    f"{name}={at_floor} but scale={scale!r}, growth_tracker={tracker}: overflows "
+                    "are counted only at the floor, and an overflow restarts growth_tracker"
+                )
+            history = self._load_history(s)
+        self._set(settings, scale, tracker, at_floor, history)
+
+    def __repr__(self) -> str:
+        return (
+            f"DynamicLossScaler(scale={self._scale!r}, clean steps {self._growth_tracker}"
+            f"/{self._growth_interval}, growth_factor={self._growth_factor!r}, "
+            f"backoff_factor={self._backoff_factor!r}, min_scale={self._min_scale!r}, "
+            f"max_scale={self._max_scale!r}, overflows_at_floor={self._overflows_at_floor}, "
+            f"steps={self._history.steps})"
+        )
