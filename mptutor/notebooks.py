@@ -6,56 +6,33 @@ Command line (what ``make run`` and ``make notebooks`` call)::
     python -m mptutor.notebooks notebooks/gluon --out build --append   # add to the summary
     python -m mptutor.notebooks notebooks/pytorch --in-place    # refresh the committed outputs
 
-Executed copies keep the name of the folder each notebook is in (``build/pytorch/...``), so
-notebooks of several tracks, run by several environments, land side by side. ``--append``
-adds this run's results to the ``summary.json``/``summary.txt`` already in the output folder
-(a later run of the same notebook replaces its line) instead of starting a new summary.
-
-A notebook that fails is reported, the others still run, and the exit status is 1: a failing
-cell, a cell over ``--timeout``, a kernel that dies, a kernel that is not installed, a file
-that is not a notebook are each recorded with the reason, and the summary is written. In
-``--in-place`` mode a failed notebook is left as it was: its committed file is never replaced
-by a half-run copy.
+Executed copies keep the name of their notebook's folder (``build/pytorch/...``), so several
+tracks, run by several environments, land side by side; ``--append`` adds this run to the
+``summary.json``/``summary.txt`` already there. A notebook that fails (a cell, a cell over
+``--timeout``, a kernel that dies or is not installed, a file that is no notebook) is recorded
+with its reason, the others still run, and the exit status is 1. ``--in-place`` never replaces
+a notebook with a half-run copy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mptutor import hardware
 from mptutor.atomic import write_text
-from mptutor._checks import check_scalar
 from mptutor.table import Table
 
-__all__ = ["NotebookResult", "find_notebooks", "execute_notebook", "run_all", "main"]
+__all__ = ["main"]
 
 
 @dataclass
-class NotebookResult:
-    """Outcome of executing one notebook.
-
-    Attributes
-    ----------
-    notebook : str
-        The notebook's folder and file name, e.g. ``"pytorch/01-floating-point-formats.ipynb"``.
-    ok : bool
-        Whether every cell ran without error.
-    seconds : float
-        Wall time of the execution.
-    device : str
-        One-line description of the hardware it ran on.
-    error : str
-        The error's last line, empty when ``ok``.
-    outputs : list of str
-        Files written for this notebook.
-    """
+class _Result:
+    """Outcome of one notebook: ``folder/file`` name, success, seconds, hardware, error."""
 
     notebook: str
     ok: bool
@@ -65,169 +42,65 @@ class NotebookResult:
     outputs: list[str] | None = None
 
 
-def find_notebooks(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Expand files and folders into a sorted list of notebooks.
-
-    Parameters
-    ----------
-    paths : path-like or iterable of path-like
-        Notebook files or folders holding them (not searched recursively).
-
-    Returns
-    -------
-    list of pathlib.Path
-        The notebooks, folders expanded in name order.
-
-    Raises
-    ------
-    TypeError
-        If ``paths`` is not a path or a list of paths.
-    FileNotFoundError
-        If a path does not exist, or a folder holds no notebook.
-    ValueError
-        If a file is not an ``.ipynb`` notebook.
-    """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]  # one notebook or folder
-    elif not isinstance(paths, Iterable):
-        raise TypeError(f"paths must be notebooks or folders (a list of paths), got {paths!r:.80}")
+def _find_notebooks(paths: list[str]) -> list[Path]:
+    """Expand notebook files and folders (not recursively) into notebooks; refuse bad paths."""
     found: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
+    for path in map(Path, paths):
         if path.is_dir():
             inside = sorted(p for p in path.glob("*.ipynb") if not p.name.startswith("."))
             if not inside:
                 raise FileNotFoundError(f"no .ipynb notebooks in folder {path}")
             found.extend(inside)
-        elif path.is_file():
-            if path.suffix != ".ipynb":
-                raise ValueError(f"{path} is not a Jupyter notebook (.ipynb)")
-            found.append(path)
-        else:
+        elif not path.is_file():
             raise FileNotFoundError(f"no such notebook or folder: {path}")
+        elif path.suffix != ".ipynb":
+            raise ValueError(f"{path} is not a Jupyter notebook (.ipynb)")
+        else:
+            found.append(path)
     return found
 
 
-def execute_notebook(
-    path: Path,
-    out_dir: Path | None,
-    timeout: int = 1800,
-    html: bool = True,
-) -> NotebookResult:
-    """Execute one notebook in a fresh kernel, in the notebook's own folder.
-
-    Parameters
-    ----------
-    path : pathlib.Path
-        The notebook.
-    out_dir : pathlib.Path or None
-        Where to write the executed copy (and HTML), in a sub-folder named like the notebook's
-        own folder; ``None`` replaces ``path`` itself, but only when every cell succeeded.
-    timeout : int, optional
-        Seconds allowed per cell, at least 1.
-    html : bool, optional
-        Also write an HTML rendering next to the executed copy (ignored in place).
-
-    Returns
-    -------
-    NotebookResult
-        What happened. A notebook that cannot run (not a notebook file, a kernel that is not
-        installed, a kernel that dies) is a failed result whose ``error`` says why.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``timeout`` is not a positive int.
-    """
+def _execute(path: Path, out: Path | None, timeout: int, html: bool) -> _Result:
+    """Execute one notebook in a fresh kernel in its folder; write the copy (or it, if it ran)."""
     import nbformat
-    from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    from nbclient.exceptions import CellExecutionError
 
-    timeout = check_scalar(timeout, "timeout (seconds allowed per cell)", int, min_val=1)
-    path = Path(path)
-    start = time.perf_counter()
+    start, error, written = time.perf_counter(), "", []
     try:
         nb = nbformat.read(path, as_version=4)
     except (OSError, ValueError, AttributeError) as exc:  # NotJSONError is a ValueError
-        return _failed(path, start, f"{path} is not a readable notebook: {exc}")
-    kernel = nb.metadata.get("kernelspec", {}).get("name", "python3")
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name=kernel,
-        # The kernel's own log (e.g. a note on its local TCP sockets) is not the notebook's
-        # output; keep the run's console to notebook progress and errors.
-        extra_arguments=["--log-level=ERROR"],
-        resources={"metadata": {"path": str(path.parent.resolve())}},
-    )
-    error = ""
-    try:
-        client.execute()
-    except (CellExecutionError, CellTimeoutError) as exc:
-        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-        error = lines[-1] if lines else type(exc).__name__
-    except DeadKernelError as exc:
-        error = f"DeadKernelError: {exc} (the kernel process exited, e.g. out of memory)"
-    except NoSuchKernel:
-        return _failed(
-            path,
-            start,
-            f"NoSuchKernel: the notebook asks for kernel {kernel!r}, which is not installed "
-            "(jupyter kernelspec list); install it or change metadata.kernelspec.name",
+        nb, error = None, f"{path} is not a readable notebook: {exc}"
+    if nb is not None:
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name=nb.metadata.get("kernelspec", {}).get("name", "python3"),
+            extra_arguments=["--log-level=ERROR"],  # the kernel's own log is no cell output
+            resources={"metadata": {"path": str(path.parent.resolve())}},
         )
-    seconds = time.perf_counter() - start
-    ok = not error
-    written: list[str] = []
-    if out_dir is None:
-        if ok:
-            write_text(path, nbformat.writes(nb) + "\n")
-            written.append(str(path))
-    else:
-        target = out_dir / path.parent.name / path.name
-        write_text(target, nbformat.writes(nb) + "\n")
-        written.append(str(target))
-        if html:
-            from nbconvert import HTMLExporter
+        try:
+            client.execute()
+        except Exception as exc:  # noqa: BLE001 - a cell, a timeout, a dead or missing kernel
+            last = ([ln for ln in str(exc).splitlines() if ln.strip()] or [""])[-1].strip()
+            error = last if isinstance(exc, CellExecutionError) else f"{type(exc).__name__}: {last}"
+        if out is not None or not error:
+            target = path if out is None else out / path.parent.name / path.name
+            write_text(target, nbformat.writes(nb) + "\n")
+            written.append(str(target))
+            if html and out is not None:
+                from nbconvert import HTMLExporter
 
-            body, _ = HTMLExporter().from_notebook_node(nb)
-            page = target.with_suffix(".html")
-            write_text(page, body)
-            written.append(str(page))
-    return NotebookResult(_name(path), ok, round(seconds, 1), _device(), error, written)
+                write_text(target.with_suffix(".html"), HTMLExporter().from_notebook_node(nb)[0])
+                written.append(str(target.with_suffix(".html")))
+    seconds = round(time.perf_counter() - start, 1)
+    name = f"{path.parent.name}/{path.name}"
+    return _Result(name, not error, seconds, hardware.report().summary(), error, written)
 
 
-def _name(path: Path) -> str:
-    """Name a notebook by its folder and file name, as results and executed copies do."""
-    return f"{path.parent.name}/{path.name}"
-
-
-def _device() -> str:
-    """Describe the hardware in one line."""
-    return hardware.report().summary()
-
-
-def _failed(path: Path, start: float, error: str) -> NotebookResult:
-    """Record a notebook that could not run at all."""
-    return NotebookResult(
-        _name(path), False, round(time.perf_counter() - start, 1), _device(), error, []
-    )
-
-
-def summary_table(results: Sequence[NotebookResult]) -> Table:
-    """Tabulate results: notebook, status, seconds, hardware.
-
-    Parameters
-    ----------
-    results : sequence of NotebookResult
-        From :func:`run_all`.
-
-    Returns
-    -------
-    Table
-        One row per notebook.
-    """
-    rows = [
+def _table(results: list[_Result]) -> Table:
+    """Tabulate results: notebook, status, seconds, hardware, error."""
+    return Table(
         {
             "notebook": r.notebook,
             "status": "pass" if r.ok else "FAIL",
@@ -236,73 +109,28 @@ def summary_table(results: Sequence[NotebookResult]) -> Table:
             "error": r.error[:80],
         }
         for r in results
-    ]
-    return Table(rows)
+    )
 
 
-def run_all(
-    paths: Iterable[str | os.PathLike[str]],
-    out_dir: str | os.PathLike[str] | None = "build",
-    timeout: int = 1800,
-    html: bool = True,
-    append: bool = False,
-) -> list[NotebookResult]:
-    """Execute every notebook, printing progress, and write a summary next to the outputs.
-
-    Parameters
-    ----------
-    paths : iterable of path-like
-        Notebooks or folders of notebooks.
-    out_dir : path-like or None, optional
-        Output folder; ``None`` executes in place.
-    timeout : int, optional
-        Seconds allowed per cell, at least 1.
-    html : bool, optional
-        Also write HTML renderings.
-    append : bool, optional
-        Add to the summary already in ``out_dir`` (from a run in another environment) instead
-        of replacing it.
-
-    Returns
-    -------
-    list of NotebookResult
-        One per notebook, in order; a notebook that could not run at all is a failed result
-        with the reason, and the others still run.
-
-    Raises
-    ------
-    FileNotFoundError, ValueError
-        If a path is not a notebook or a folder of notebooks (see :func:`find_notebooks`), or
-        no path is given.
-    NotADirectoryError
-        If ``out_dir`` is a file. These are checked before any notebook runs.
-    TypeError, ValueError
-        If ``timeout`` is not a positive int.
-    """
-    timeout = check_scalar(timeout, "timeout (seconds allowed per cell)", int, min_val=1)
-    notebooks = find_notebooks(paths)
-    if not notebooks:
-        raise ValueError("no notebooks given: name notebooks or folders of notebooks")
-    out = None if out_dir is None else Path(out_dir)
+def _run_all(
+    paths: list[str], out: Path | None, timeout: int, html: bool, append: bool
+) -> list[_Result]:
+    """Execute every notebook, printing progress; write the summary into ``out``."""
+    notebooks = _find_notebooks(paths)
     if out is not None:
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(f"the output folder {out} is a file; choose a folder")
         out.mkdir(parents=True, exist_ok=True)
-    print(_device(), flush=True)
+    print(hardware.report().summary(), flush=True)
     results = []
-    for i, nb_path in enumerate(notebooks, 1):
-        print(f"[{i}/{len(notebooks)}] {nb_path.name} ...", end=" ", flush=True)
-        start = time.perf_counter()
-        try:
-            result = execute_notebook(nb_path, out, timeout=timeout, html=html)
-        except Exception as exc:  # noqa: BLE001 - one notebook must not stop the others
-            result = _failed(nb_path, start, f"{type(exc).__name__}: {exc}")
+    for i, path in enumerate(notebooks, 1):
+        print(f"[{i}/{len(notebooks)}] {path.name} ...", end=" ", flush=True)
+        result = _execute(path, out, timeout, html)
         print(f"{'pass' if result.ok else 'FAIL'} in {result.seconds:.1f} s", flush=True)
         if result.error:
             print(f"    {result.error}", flush=True)
         results.append(result)
-    print()
-    print(summary_table(results))
+    print(f"\n{_table(results)}")
     if out is not None:
         run = {
             "python": sys.executable,
@@ -312,14 +140,14 @@ def run_all(
             "notebooks": [asdict(r) for r in results],
         }
         runs = _previous_runs(out / "summary.json") if append else []
-        names = {r.notebook for r in results}
-        for earlier in runs:
+        for earlier in runs:  # a later run of a notebook replaces its earlier line
+            names = {r.notebook for r in results}
             earlier["notebooks"] = [n for n in earlier["notebooks"] if n["notebook"] not in names]
         runs = [r for r in runs if r["notebooks"]] + [run]
-        every = [NotebookResult(**n) for r in runs for n in r["notebooks"]]
+        every = [_Result(**n) for r in runs for n in r["notebooks"]]
         record = {"runs": runs, "notebooks": [asdict(r) for r in every]}
         write_text(out / "summary.json", json.dumps(record, indent=2) + "\n")
-        write_text(out / "summary.txt", repr(summary_table(every)) + "\n")
+        write_text(out / "summary.txt", f"{_table(every)!r}\n")
         print(f"\nExecuted notebooks, HTML and summary are in {out}/")
     return results
 
@@ -327,11 +155,10 @@ def run_all(
 def _previous_runs(path: Path) -> list[dict]:
     """Read the runs of an earlier summary; a missing or unreadable one counts as none."""
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        runs = record["runs"]
+        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
         for run in runs:
             for entry in run["notebooks"]:
-                NotebookResult(**entry)  # raises TypeError on a summary of another shape
+                _Result(**entry)  # a TypeError for a summary of another shape
     except (OSError, ValueError, KeyError, TypeError):
         return []
     return runs
@@ -339,28 +166,24 @@ def _previous_runs(path: Path) -> list[dict]:
 
 def _seconds(text: str) -> int:
     """Parse ``--timeout``: a whole number of seconds, at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
+    if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of seconds >= 1, got {text!r}")
-    return value
+    return int(text)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point.
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line.
 
     Parameters
     ----------
-    argv : sequence of str, optional
+    argv : list of str, optional
         Arguments (default: ``sys.argv[1:]``).
 
     Returns
     -------
     int
-        0 when every notebook passed, 1 otherwise, 2 for bad arguments (a bad path, an output
-        folder that is a file, a timeout below 1 s), found before any notebook runs.
+        0 when every notebook passed, 1 otherwise, 2 for a bad path or an output folder that is
+        a file (found before any notebook runs).
     """
     parser = argparse.ArgumentParser(
         prog="python -m mptutor.notebooks",
@@ -369,27 +192,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", help="notebooks or folders of notebooks")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", default="build", help="output folder (default: build)")
-    where.add_argument(
-        "--in-place", action="store_true", help="overwrite each notebook with its executed copy"
-    )
-    parser.add_argument(
-        "--timeout", type=_seconds, default=1800, help="seconds allowed per cell (default: 1800)"
-    )
+    where.add_argument("--in-place", action="store_true", help="overwrite each notebook")
+    parser.add_argument("--timeout", type=_seconds, default=1800, help="seconds per cell")
     parser.add_argument("--no-html", action="store_true", help="skip the HTML renderings")
-    parser.add_argument(
-        "--append", action="store_true", help="add to the summary already in the output folder"
-    )
+    parser.add_argument("--append", action="store_true", help="add to the folder's summary")
     args = parser.parse_args(argv)
     if args.append and args.in_place:
         parser.error("--append adds to a summary in an output folder; --in-place writes none")
+    out = None if args.in_place else Path(args.out)
     try:
-        results = run_all(
-            args.paths,
-            out_dir=None if args.in_place else args.out,
-            timeout=args.timeout,
-            html=not args.no_html,
-            append=args.append,
-        )
+        results = _run_all(args.paths, out, args.timeout, not args.no_html, args.append)
     except (OSError, ValueError) as exc:  # a bad path or output folder: nothing has run
         print(f"error: {exc}", file=sys.stderr)
         return 2

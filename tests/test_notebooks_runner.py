@@ -29,7 +29,7 @@ def test_run_all_writes_executed_copies_html_and_summary(tmp_path, capsys):
     )
     _notebook(src / "02-bad.ipynb", "1 / 0", "print('not reached')")
     out = tmp_path / "build"
-    results = notebooks.run_all([src], out_dir=out)
+    results = notebooks._run_all([src], out, timeout=60, html=True, append=False)
     assert [(r.notebook, r.ok) for r in results] == [
         ("nbs/01-ok.ipynb", True),
         ("nbs/02-bad.ipynb", False),
@@ -53,9 +53,9 @@ def test_append_adds_a_second_environment_to_the_summary(tmp_path):
         (tmp_path / track).mkdir()
         _notebook(tmp_path / track / "01-x.ipynb", source)
     out = tmp_path / "build"
-    notebooks.run_all([tmp_path / "pytorch"], out_dir=out, html=False)
-    notebooks.run_all([tmp_path / "gluon"], out_dir=out, html=False, append=True)
-    notebooks.run_all([tmp_path / "gluon"], out_dir=out, html=False, append=True)  # a re-run
+    notebooks.main([str(tmp_path / "pytorch"), "--out", str(out), "--no-html"])
+    notebooks.main([str(tmp_path / "gluon"), "--out", str(out), "--no-html", "--append"])
+    notebooks.main([str(tmp_path / "gluon"), "--out", str(out), "--no-html", "--append"])
     summary = json.loads((out / "summary.json").read_text())
     expected = ["pytorch/01-x.ipynb", "gluon/01-x.ipynb"]
     assert [n["notebook"] for n in summary["notebooks"]] == expected
@@ -63,7 +63,7 @@ def test_append_adds_a_second_environment_to_the_summary(tmp_path):
     text = (out / "summary.txt").read_text()
     assert "pytorch/01-x.ipynb" in text and "gluon/01-x.ipynb" in text
     assert (out / "pytorch" / "01-x.ipynb").exists() and (out / "gluon" / "01-x.ipynb").exists()
-    notebooks.run_all([tmp_path / "gluon"], out_dir=out, html=False)  # without --append: anew
+    notebooks.main([str(tmp_path / "gluon"), "--out", str(out), "--no-html"])  # anew
     summary = json.loads((out / "summary.json").read_text())
     assert [n["notebook"] for n in summary["notebooks"]] == ["gluon/01-x.ipynb"]
 
@@ -124,8 +124,6 @@ def test_timeout_must_be_a_positive_number_of_seconds(tmp_path, timeout, capsys)
         notebooks.main([str(nb), f"--timeout={timeout}"])
     assert exc.value.code == 2
     assert "--timeout" in capsys.readouterr().err
-    with pytest.raises((TypeError, ValueError), match="timeout"):
-        notebooks.run_all([nb], out_dir=tmp_path / "out", timeout=0)
 
 
 def test_out_pointing_at_a_file_fails_before_any_notebook_runs(tmp_path, capsys):
@@ -135,18 +133,11 @@ def test_out_pointing_at_a_file_fails_before_any_notebook_runs(tmp_path, capsys)
     assert notebooks.main([str(nb), "--out", str(taken)]) == 2
     assert "build" in capsys.readouterr().err
     assert not (tmp_path / "ran.txt").exists() and taken.read_text() == "a file"
-    with pytest.raises(NotADirectoryError, match="build"):
-        notebooks.run_all([nb], out_dir=taken)
-    assert not (tmp_path / "ran.txt").exists()
 
 
-def test_one_path_may_be_given_alone_but_not_none(tmp_path):
-    nb = _notebook(tmp_path / "x.ipynb", "1")
-    assert notebooks.find_notebooks(str(nb)) == [nb] == notebooks.find_notebooks(nb)
-    with pytest.raises(FileNotFoundError, match="abc"):  # not "a"
-        notebooks.find_notebooks(str(tmp_path / "abc"))
-    with pytest.raises(TypeError, match="paths"):
-        notebooks.find_notebooks(None)
-    with pytest.raises(ValueError, match="no notebooks"):
-        notebooks.run_all([], out_dir=tmp_path / "out")
+def test_a_missing_path_is_named_and_no_path_is_refused(tmp_path, capsys):
+    assert notebooks.main([str(tmp_path / "abc"), "--out", str(tmp_path / "out")]) == 2
+    assert "abc" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        notebooks.main(["--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
