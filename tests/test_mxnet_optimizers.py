@@ -15,31 +15,32 @@ pytest.importorskip(
 )
 
 from mptutor import mxnet as mmx  # noqa: E402
+from mptutor.mxnet._master_weights import _try_multi_precision  # noqa: E402
 
 mx = mmx.mx  # imported through mptutor.mxnet, with MXNet's import-time warnings hidden
 
 
 def test_try_multi_precision_on_sgd_and_adam():
-    sgd = mmx.try_multi_precision("sgd")
+    sgd = _try_multi_precision("sgd")
     assert sgd.error == "" and sgd.own_code and sgd.master and sgd.master_moved
     # 100 steps of 3e-5 in float32 end near 0.997; the float16 copy is its rounding
     assert sgd.weight_moved and sgd.weight_after == float(np.float16(1 - 100 * 3e-5))
-    plain = mmx.try_multi_precision("sgd", multi_precision=False)
+    plain = _try_multi_precision("sgd", multi_precision=False)
     assert not plain.weight_moved and plain.weight_after == 1.0 and plain.master is False
     assert any("multi_precision=True" in w for w in plain.warnings)  # MXNet's own advice
-    adam = mmx.try_multi_precision("adam", steps=3)
+    adam = _try_multi_precision("adam", steps=3)
     assert not adam.own_code and adam.master_moved and not adam.weight_moved
-    failing = mmx.try_multi_precision("adagrad", multi_precision=False)
+    failing = _try_multi_precision("adagrad", multi_precision=False)
     assert failing.error.startswith("MXNetError: expected float32, got float16")
     assert failing.weight_moved is None and failing.master is None
     with pytest.raises(ValueError, match="unknown optimizer 'sgdd'; registered: adadelta"):
-        mmx.try_multi_precision("sgdd")
+        _try_multi_precision("sgdd")
     with pytest.raises(ValueError, match=r"steps must be in \[1, inf\], got 0"):
-        mmx.try_multi_precision("sgd", steps=0)
+        mmx.multi_precision_survey(["sgd"], steps=0)
     with pytest.raises(TypeError, match="steps must be an int"):
-        mmx.try_multi_precision("sgd", steps=2.0)
+        mmx.multi_precision_survey(["sgd"], steps=2.0)
     with pytest.raises(ValueError, match="learning_rate must be in"):
-        mmx.try_multi_precision("sgd", learning_rate=0.0)
+        mmx.multi_precision_survey(["sgd"], learning_rate=0.0)
 
 
 def test_multi_precision_survey_table():

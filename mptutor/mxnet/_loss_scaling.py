@@ -1,8 +1,6 @@
 """Loss scaling with :mod:`mptutor.scaling`'s scalers in a Gluon ``Trainer`` loop; gradient stats.
 
-The same adapter contract as the PyTorch and TensorFlow modules: :class:`LossScaledStep` takes
-any :class:`mptutor.scaling.LossScaler` and a ``clip_norm``; :func:`gradient_stats` measures a
-model's gradients with :func:`mptutor.gradients.gradient_stats`.
+The same names and contract as in the PyTorch and TensorFlow modules.
 """
 
 from __future__ import annotations
@@ -11,18 +9,15 @@ from typing import Any
 
 from mptutor import gradients
 from mptutor._checks import check_type, optional_positive
-from mptutor.mxnet._imports import autograd, gluon, mx
-from mptutor.mxnet._networks import params_of
+from mptutor.mxnet._core import _params_of, autograd, gluon, mx
 from mptutor.scaling import DynamicLossScaler, LossScaler
 
-__all__ = ["gradient_stats", "LossScaledStep"]
-
-#: ``multi_all_finite`` takes at most this many arrays per call.
-_MAX_ARRAYS = 200
+_MAX_ARRAYS = 200  # multi_all_finite takes at most this many arrays per call
 
 
 def _trainable(net: gluon.Block) -> list[gluon.Parameter]:
-    return [p for p in params_of(net).values() if p.grad_req != "null"]
+    """List the parameters that take a gradient."""
+    return [p for p in _params_of(net).values() if p.grad_req != "null"]
 
 
 def gradient_stats(net: gluon.Block, fmt: Any = "fp16") -> gradients.GradientStats:

@@ -1,62 +1,33 @@
-"""Networks: model-zoo networks built in a type, layer widths for Tensor Cores, parameters."""
+"""Model-zoo networks built in a type, layer widths for Tensor Cores, image-folder loaders."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
-from mptutor import formats
+from mptutor import data
 from mptutor._checks import check_scalar
-from mptutor.mxnet._amp import init_amp_bf16, refuse_after_amp
-from mptutor.mxnet._context import check_dtype, resolve_context
-from mptutor.mxnet._imports import gluon, mx, vision
+from mptutor.mxnet._core import (
+    ImageFolderDataset,
+    _check_dtype,
+    _init_amp_bf16,
+    _refuse_after_amp,
+    _resolve_context,
+    gluon,
+    mx,
+    transforms,
+    vision,
+)
 from mptutor.table import Table
 
-__all__ = [
-    "NETWORKS",
-    "round_up",
-    "get_network",
-    "channel_alignment",
-    "params_of",
-    "param_dtypes",
-    "net_context",
-]
-
-#: Names that :func:`get_network` accepts: the model zoo of ``mxnet.gluon.model_zoo.vision``.
-NETWORKS: tuple[str, ...] = (
-    "alexnet",
-    "densenet121",
-    "densenet161",
-    "densenet169",
-    "densenet201",
-    "inceptionv3",
-    "mobilenet0.25",
-    "mobilenet0.5",
-    "mobilenet0.75",
-    "mobilenet1.0",
-    "mobilenetv2_0.25",
-    "mobilenetv2_0.5",
-    "mobilenetv2_0.75",
-    "mobilenetv2_1.0",
-    "resnet101_v1",
-    "resnet101_v2",
-    "resnet152_v1",
-    "resnet152_v2",
-    "resnet18_v1",
-    "resnet18_v2",
-    "resnet34_v1",
-    "resnet34_v2",
-    "resnet50_v1",
-    "resnet50_v2",
-    "squeezenet1.0",
-    "squeezenet1.1",
-    "vgg11",
-    "vgg11_bn",
-    "vgg13",
-    "vgg13_bn",
-    "vgg16",
-    "vgg16_bn",
-    "vgg19",
-    "vgg19_bn",
+# The names mxnet.gluon.model_zoo.vision.get_model knows.
+_NETWORKS = tuple(
+    """alexnet densenet121 densenet161 densenet169 densenet201 inceptionv3 mobilenet0.25
+    mobilenet0.5 mobilenet0.75 mobilenet1.0 mobilenetv2_0.25 mobilenetv2_0.5 mobilenetv2_0.75
+    mobilenetv2_1.0 resnet101_v1 resnet101_v2 resnet152_v1 resnet152_v2 resnet18_v1 resnet18_v2
+    resnet34_v1 resnet34_v2 resnet50_v1 resnet50_v2 squeezenet1.0 squeezenet1.1 vgg11 vgg11_bn
+    vgg13 vgg13_bn vgg16 vgg16_bn vgg19 vgg19_bn""".split()
 )
 
 
@@ -94,7 +65,6 @@ def get_network(
     ctx: mx.Context | None = None,
     *,
     pretrained: bool = False,
-    hybridize: bool = True,
     classes_multiple: int = 1,
 ) -> gluon.HybridBlock:
     """Build a model-zoo network, initialise it, hybridise it and cast it, as the tutorial does.
@@ -102,65 +72,58 @@ def get_network(
     Parameters
     ----------
     name : str
-        A name from :data:`NETWORKS`, e.g. ``"resnet50_v2"``.
+        A name of ``mxnet.gluon.model_zoo.vision``, e.g. ``"resnet50_v2"``.
     classes : int
         Number of classes of the dataset.
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
         ``"float16"`` casts the network with ``net.cast("float16")`` (BatchNorm keeps float32
-        parameters, as Gluon's BatchNorm does); it needs a GPU context. ``"bfloat16"`` calls
-        ``amp.init(target_dtype="bfloat16")`` first (if not done yet) and keeps float32
-        parameters; AMP casts inside the network. Other spellings (``"fp16"``, ...) as for
-        :func:`~mptutor.mxnet.check_dtype`.
+        parameters) and needs a GPU context. ``"bfloat16"`` calls
+        ``amp.init(target_dtype="bfloat16")`` first (once per process; it cannot be undone)
+        and keeps float32 parameters; AMP casts inside the network. Other spellings
+        (``"fp16"``, ...) as :func:`mptutor.formats.dtype_name` knows them.
     ctx : mxnet.Context, optional
         Where the parameters live; default :func:`~mptutor.mxnet.context`.
     pretrained : bool, default False
         Start the feature layers from the model zoo's ImageNet weights (downloaded on first use
-        to ``$MXNET_HOME/models``, which needs network access) and give the network a new,
-        Xavier-initialised output layer for ``classes``.
-    hybridize : bool, default True
-        Call ``net.hybridize()``.
+        to ``$MXNET_HOME/models``) and give the network a new output layer for ``classes``.
     classes_multiple : int, default 1
         Round the width of the output layer up to this multiple (8 keeps every GEMM of a
-        ResNet a multiple of 8 for float16 Tensor Cores). The extra outputs are never a target
-        and learn to stay low; labels are unchanged.
+        ResNet a multiple of 8 for float16 Tensor Cores); the extra outputs are never a target.
 
     Returns
     -------
     mxnet.gluon.HybridBlock
-        The network. Its first convolution infers its input channels from the first batch.
+        The network, hybridised. Its first convolution infers its input channels from the
+        first batch.
 
     Raises
     ------
     TypeError
         If ``classes`` or ``classes_multiple`` is not an int, or ``ctx`` is not a Context.
     ValueError
-        For an unknown ``name``, ``classes`` or ``classes_multiple`` below 1, a ``dtype`` not in
-        :data:`~mptutor.mxnet.DTYPES`, or a ``dtype`` the context cannot run (see
-        :func:`~mptutor.mxnet.check_dtype`).
+        For an unknown ``name`` or ``dtype``, ``classes`` or ``classes_multiple`` below 1, or
+        a ``dtype`` the context cannot run (float16 on a CPU, bfloat16 on a GPU).
     RuntimeError
-        For a float32 or float16 network after ``amp.init`` in this process (see
-        :func:`~mptutor.mxnet.amp_initialized`).
+        For a float32 or float16 network after ``amp.init`` in this process.
     """
-    if not isinstance(name, str) or name.lower() not in NETWORKS:
-        raise ValueError(f"unknown network {name!r}; known names: {', '.join(NETWORKS)}")
+    if not isinstance(name, str) or name.lower() not in _NETWORKS:
+        raise ValueError(f"unknown network {name!r}; known names: {', '.join(_NETWORKS)}")
     classes = check_scalar(classes, "classes", int, min_val=1)
     classes_multiple = check_scalar(classes_multiple, "classes_multiple", int, min_val=1)
-    ctx = resolve_context(ctx)
-    dtype = check_dtype(dtype, ctx)
-    outputs = round_up(classes, classes_multiple)
+    ctx = _resolve_context(ctx)
+    dtype = _check_dtype(dtype, ctx)
     if dtype == "bfloat16":
-        init_amp_bf16()
+        _init_amp_bf16()
     else:
-        refuse_after_amp(f"{dtype} network")
-    net = vision.get_model(name.lower(), classes=outputs)
+        _refuse_after_amp(f"{dtype} network")
+    net = vision.get_model(name.lower(), classes=round_up(classes, classes_multiple))
     if pretrained:
         zoo = vision.get_model(name.lower(), pretrained=True, ctx=ctx)
         net.features = zoo.features
         net.output.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctx)
     else:
         net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctx)
-    if hybridize:
-        net.hybridize()
+    net.hybridize()
     if dtype == "float16":
         net.cast("float16")
     return net
@@ -183,8 +146,8 @@ def channel_alignment(net: gluon.Block, multiple: int = 8) -> Table:
     Returns
     -------
     Table
-        One row per convolution or dense layer that is not aligned: ``layer``, ``kind``,
-        ``in``, ``out``; its title counts the aligned layers.
+        One row per layer that is not aligned: ``layer``, ``kind``, ``in``, ``out``; its title
+        counts the aligned layers.
 
     Raises
     ------
@@ -192,7 +155,7 @@ def channel_alignment(net: gluon.Block, multiple: int = 8) -> Table:
         If ``multiple`` is not an int.
     ValueError
         If ``multiple`` is below 1, a layer's shape is not known yet, or the network has no
-        such layer.
+        convolution or dense layer.
     """
     multiple = check_scalar(multiple, "multiple", int, min_val=1)
     rows: list[dict[str, Any]] = []
@@ -217,30 +180,98 @@ def channel_alignment(net: gluon.Block, multiple: int = 8) -> Table:
     return Table(rows, title=title)
 
 
-def params_of(net: gluon.Block) -> dict[str, gluon.Parameter]:
-    """Return every parameter of a Gluon Block by structural name (``"features.1.weight"``).
+@dataclass
+class Loaders:
+    """Train and test ``DataLoader`` of an image-folder dataset, its class names and sizes."""
 
-    The names are those of ``save_parameters``. Anything but a Block is a ``TypeError``, a
-    Block without parameters a ``ValueError``.
+    train: gluon.data.DataLoader = field(repr=False)
+    test: gluon.data.DataLoader = field(repr=False)
+    classes: tuple[str, ...]
+    num_train: int
+    num_test: int
+    image_size: int
+    batch_size: int
+
+    @property
+    def num_classes(self) -> int:
+        """The number of classes: the width of the network's output layer."""
+        return len(self.classes)
+
+
+def image_folder_loaders(
+    train_root: str | os.PathLike[str],
+    test_root: str | os.PathLike[str],
+    image_size: int = 224,
+    batch_size: int = 64,
+    num_workers: int = 0,
+    *,
+    pin_memory: bool = False,
+) -> Loaders:
+    """Build the tutorial's input pipeline on two ``<class>/<image>`` folders.
+
+    ``ImageFolderDataset`` reads each folder; the transform resizes the short edge to
+    ``image_size``, crops the centre, converts to CHW float32 and normalises with ImageNet's
+    mean and standard deviation; ``DataLoader`` batches, shuffling the training set with
+    NumPy's global random state (seed it for a repeatable order) and keeping the last, smaller
+    batch.
+
+    Parameters
+    ----------
+    train_root, test_root : path-like
+        Image folders, e.g. the ``train`` and ``test`` of :func:`mptutor.data.caltech101`.
+    image_size : int, default 224
+        Edge of the square images given to the network.
+    batch_size : int, default 64
+        Images per batch.
+    num_workers : int, default 0
+        Worker processes that decode images; 0 decodes in this process.
+    pin_memory : bool, default False
+        Put batches in page-locked memory (faster copies to a GPU).
+
+    Returns
+    -------
+    Loaders
+        ``train`` and ``test`` loaders, ``classes`` (label ``i`` is ``classes[i]``),
+        ``num_classes``, ``num_train``, ``num_test``, ``image_size``, ``batch_size``.
+
+    Raises
+    ------
+    FileNotFoundError, NotADirectoryError
+        If a folder is missing or is a file.
+    TypeError
+        If a size or ``num_workers`` is not an int.
+    ValueError
+        If a folder has no class sub-folders or an empty class, the two folders have different
+        classes, a size is below 1 or ``num_workers`` below 0.
     """
-    if not isinstance(net, gluon.Block):
-        raise TypeError(f"expected a Gluon Block, got {type(net).__name__}")
-    params = net._collect_params_with_prefix()
-    if not params:
-        raise ValueError("the network has no parameters")
-    return params
-
-
-def param_dtypes(net: gluon.Block) -> set[str]:
-    """Name the types of a network's parameters as :func:`mptutor.formats.dtype_name` does."""
-    return {formats.dtype_name(p.dtype) for p in params_of(net).values()}
-
-
-def net_context(net: gluon.Block) -> mx.Context:
-    """Return where a network's parameters live (a ``ValueError`` if none is initialised)."""
-    for param in params_of(net).values():
-        try:
-            return param.list_ctx()[0]
-        except RuntimeError:
-            continue
-    raise ValueError("the network's parameters are not initialised: call net.initialize() first")
+    image_size = check_scalar(image_size, "image_size", int, min_val=1)
+    batch_size = check_scalar(batch_size, "batch_size", int, min_val=1)
+    num_workers = check_scalar(num_workers, "num_workers", int, min_val=0)
+    train_counts = data.check_image_folder(train_root)
+    test_counts = data.check_image_folder(test_root)
+    if sorted(train_counts) != sorted(test_counts):
+        only = sorted(set(train_counts) ^ set(test_counts))
+        raise ValueError(
+            f"{train_root} and {test_root} have different classes ({', '.join(only[:5])} in only "
+            "one of them): labels would not match. Split both from the same source."
+        )
+    transform = transforms.Compose(
+        [
+            transforms.Resize(image_size, keep_ratio=True),
+            transforms.CenterCrop(image_size),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # ImageNet's
+        ]
+    )
+    train_set = ImageFolderDataset(str(train_root)).transform_first(transform)
+    test_set = ImageFolderDataset(str(test_root)).transform_first(transform)
+    common = {"batch_size": batch_size, "num_workers": num_workers, "pin_memory": pin_memory}
+    return Loaders(
+        train=gluon.data.DataLoader(train_set, shuffle=True, last_batch="keep", **common),
+        test=gluon.data.DataLoader(test_set, shuffle=False, last_batch="keep", **common),
+        classes=tuple(sorted(train_counts)),
+        num_train=len(train_set),
+        num_test=len(test_set),
+        image_size=image_size,
+        batch_size=batch_size,
+    )

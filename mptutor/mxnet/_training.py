@@ -1,62 +1,98 @@
-"""Training: the tutorial's trainer and one softmax cross-entropy loop for every type."""
+"""Training and evaluation: the tutorial's trainer, one loop for every type, accuracy."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mptutor._checks import check_scalar
-from mptutor.mxnet._amp import amp_initialized, refuse_after_amp
-from mptutor.mxnet._context import check_dtype, is_gpu, resolve_context
-from mptutor.mxnet._evaluation import accuracy
-from mptutor.mxnet._history import EpochStats, History
-from mptutor.mxnet._imports import amp, autograd, gluon, mx, tqdm
-from mptutor.mxnet._networks import net_context, param_dtypes
-
-__all__ = ["make_trainer", "train"]
-
-#: Optimizers that take a ``momentum`` setting.
-_WITH_MOMENTUM = ("sgd", "nag", "lbsgd", "signum", "lars")
-
-
-def _check_net_dtype(net: gluon.Block, dtype: str) -> None:
-    found = param_dtypes(net)
-    if dtype == "float16" and "float16" not in found:
-        raise ValueError(
-            "dtype='float16' but the network has no float16 parameters: cast it first with "
-            "net.cast('float16'), or build it with get_network(..., dtype='float16')"
-        )
-    if dtype != "float16" and "float16" in found:
-        raise ValueError(
-            f"dtype={dtype!r} but the network has float16 parameters: pass dtype='float16' "
-            "(on a GPU), or build a float32 network"
-        )
+from mptutor.mxnet._core import (
+    _amp_target,
+    _check_dtype,
+    _is_gpu,
+    _net_context,
+    _param_dtypes,
+    _refuse_after_amp,
+    _where_and_how,
+    amp,
+    autograd,
+    gluon,
+    mx,
+    tqdm,
+)
+from mptutor.table import Table
 
 
-def _trainer(
-    net: gluon.Block,
-    dtype: str,
-    multi_precision: bool,
-    optimizer: str,
-    learning_rate: float,
-    momentum: float,
-    wd: float,
-) -> gluon.Trainer:
+@dataclass
+class EpochStats:
+    """What one epoch of :func:`~mptutor.mxnet.train` measured.
+
+    ``loss`` is the mean training loss, ``train_accuracy`` measured during the epoch,
+    ``test_accuracy`` after it, ``seconds`` the training time (data loading included),
+    ``memory_mib`` the GPU memory in use minus that before training (``None`` on a CPU).
+    """
+
+    epoch: int
+    loss: float
+    train_accuracy: float
+    test_accuracy: float
+    seconds: float
+    images_per_second: float
+    memory_mib: float | None = None
+
+
+@dataclass
+class History:
+    """The epochs of a :func:`~mptutor.mxnet.train` run and the trainer that produced them."""
+
+    dtype: str
+    multi_precision: bool
+    context: str
+    epochs: list[EpochStats] = field(default_factory=list)
+    trainer: gluon.Trainer | None = field(default=None, repr=False, compare=False)
+
+    def column(self, name: str) -> list[Any]:
+        """One field of :class:`EpochStats` for every epoch, e.g. ``column("loss")``."""
+        names = list(EpochStats.__dataclass_fields__)
+        if name not in names:
+            raise KeyError(f"no statistic {name!r}; statistics are {names}")
+        return [getattr(e, name) for e in self.epochs]
+
+    @property
+    def final(self) -> EpochStats:
+        """The last epoch's statistics."""
+        return self.epochs[-1]
+
+    def table(self) -> Table:
+        """Return the history as a table, one row per epoch (GPU MiB only on a GPU)."""
+        rows = []
+        for e in self.epochs:
+            row = {
+                "epoch": e.epoch,
+                "loss": float(f"{e.loss:.4g}"),
+                "train acc": float(f"{e.train_accuracy:.4g}"),
+                "test acc": float(f"{e.test_accuracy:.4g}"),
+                "seconds": round(e.seconds, 1),
+                "images/s": round(e.images_per_second, 1),
+            }
+            if e.memory_mib is not None:
+                row["GPU MiB"] = round(e.memory_mib)
+            rows.append(row)
+        title = f"{self.dtype}, multi_precision={self.multi_precision}, on {self.context}"
+        return Table(rows, title=title)
+
+
+def _trainer(net: gluon.Block, dtype: str, multi_precision: bool, lr: Any) -> gluon.Trainer:
     """:func:`make_trainer` for a ``dtype`` checked by the caller."""
-    learning_rate = check_scalar(
-        learning_rate, "learning_rate", min_val=0, include_boundaries="neither"
-    )
-    params: dict[str, Any] = {
-        "learning_rate": learning_rate,
-        "wd": wd,
-        "multi_precision": bool(multi_precision),
-    }
-    if optimizer.lower() in _WITH_MOMENTUM:
-        params["momentum"] = momentum
-    trainer = gluon.Trainer(net.collect_params(), optimizer, params)
+    lr = check_scalar(lr, "learning_rate", min_val=0, include_boundaries="neither")
+    params = {"learning_rate": lr, "momentum": 0.9, "wd": 1e-4, "multi_precision": multi_precision}
+    trainer = gluon.Trainer(net.collect_params(), "sgd", params)
     if dtype == "bfloat16":
-        if amp_initialized() is None:
+        if _amp_target() is None:
             raise RuntimeError(
                 "dtype='bfloat16' needs MXNet AMP: build the network with "
                 "get_network(..., dtype='bfloat16'), which calls amp.init first"
@@ -70,12 +106,9 @@ def make_trainer(
     dtype: str = "float32",
     multi_precision: bool = True,
     *,
-    optimizer: str = "sgd",
     learning_rate: float = 0.05,
-    momentum: float = 0.9,
-    wd: float = 1e-4,
 ) -> gluon.Trainer:
-    """Create the tutorial's trainer: SGD with momentum, float32 master weights for float16.
+    """Create the tutorial's trainer: SGD, momentum 0.9, weight decay 1e-4, float32 masters.
 
     Parameters
     ----------
@@ -83,15 +116,12 @@ def make_trainer(
         The network.
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
         Its training type; ``"bfloat16"`` also calls ``amp.init_trainer`` (dynamic loss
-        scaling; bfloat16 has float32's range, so the scale rarely has to back off).
+        scaling).
     multi_precision : bool, default True
-        Give the optimizer ``multi_precision``: it keeps a float32 copy of every float16
-        parameter, applies the update there and copies the result back rounded to float16.
-        It has no effect on float32 parameters.
-    optimizer : str, default "sgd"
-        An MXNet optimizer name (``"sgd"``, ``"nag"``, ``"adam"``, ...).
-    learning_rate, momentum, wd : float
-        Optimizer settings (``momentum`` only for optimizers that take one).
+        The optimizer keeps a float32 copy of every float16 parameter, applies the update
+        there and copies the result back rounded to float16. No effect on float32 parameters.
+    learning_rate : float, default 0.05
+        The learning rate.
 
     Returns
     -------
@@ -107,25 +137,30 @@ def make_trainer(
     RuntimeError
         For ``dtype="bfloat16"`` before ``amp.init`` (see :func:`~mptutor.mxnet.get_network`).
     """
-    dtype = check_dtype(dtype)
-    return _trainer(net, dtype, multi_precision, optimizer, learning_rate, momentum, wd)
+    return _trainer(net, _check_dtype(dtype), bool(multi_precision), learning_rate)
+
+
+def _check_net_dtype(net: gluon.Block, dtype: str) -> None:
+    """Refuse a network whose parameters do not match the training type."""
+    found = _param_dtypes(net)
+    if dtype == "float16" and "float16" not in found:
+        raise ValueError(
+            "dtype='float16' but the network has no float16 parameters: cast it first with "
+            "net.cast('float16'), or build it with get_network(..., dtype='float16')"
+        )
+    if dtype != "float16" and "float16" in found:
+        raise ValueError(
+            f"dtype={dtype!r} but the network has float16 parameters: pass dtype='float16' "
+            "(on a GPU), or build a float32 network"
+        )
 
 
 def _gpu_memory_used(ctx: mx.Context) -> float | None:
-    if not is_gpu(ctx):
+    """MiB in use on a GPU context, None on a CPU."""
+    if not _is_gpu(ctx):
         return None
     free, total = mx.context.gpu_memory_info(ctx.device_id)
     return (total - free) / 2**20
-
-
-def _batches(train_data: Iterable[Any], description: str, progress: bool) -> Any:
-    try:
-        total = len(train_data)  # type: ignore[arg-type]
-    except TypeError:
-        total = None
-    return tqdm(
-        train_data, total=total, desc=description, disable=not progress, leave=False, unit="batch"
-    )
 
 
 def train(
@@ -136,21 +171,17 @@ def train(
     dtype: str = "float32",
     multi_precision: bool = True,
     *,
-    ctx: mx.Context | None = None,
-    trainer: gluon.Trainer | None = None,
     learning_rate: float = 0.05,
-    momentum: float = 0.9,
-    wd: float = 1e-4,
     progress: bool = True,
     label: str | None = None,
     history: History | None = None,
 ) -> History:
     """Train a classifier with softmax cross-entropy, the same loop for every type.
 
-    Each batch is moved to ``ctx`` and, for float16, cast to float16 to match the network; the
-    network's output is cast to float32 before the softmax cross-entropy. With bfloat16, MXNet
-    AMP casts inside the network and the loss goes through ``amp.scale_loss``. After each
-    epoch the test set is evaluated. ``dtype`` is checked once, here, for the whole run.
+    Each batch is moved to the network's context and, for float16, cast to float16; the
+    output is cast to float32 before the loss. With bfloat16, MXNet AMP casts inside the
+    network and the loss goes through ``amp.scale_loss``. The test set is evaluated after each
+    epoch.
 
     Parameters
     ----------
@@ -158,86 +189,77 @@ def train(
         An initialised network: float32, cast to float16, or built for bfloat16 AMP (see
         :func:`~mptutor.mxnet.get_network`).
     train_data, test_data : iterable of (NDArray, NDArray)
-        Batches of images and labels, e.g. :func:`~mptutor.mxnet.image_folder_loaders`'
-        loaders.
+        Batches of images and labels, e.g. :func:`~mptutor.mxnet.image_folder_loaders`'.
     epochs : int
         Number of passes over ``train_data`` (at least 1).
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
         Training type; it must match the network's parameters.
     multi_precision : bool, default True
         Keep float32 master weights in the optimizer (see :func:`make_trainer`).
-    ctx : mxnet.Context, optional
-        Where to compute; default: where the network's parameters are.
-    trainer : mxnet.gluon.Trainer, optional
-        Continue with this trainer; default a new one from :func:`make_trainer` with
-        ``learning_rate``, ``momentum`` and ``wd``.
-    learning_rate, momentum, wd : float
-        Settings of the SGD optimizer made when ``trainer`` is not given.
+    learning_rate : float, default 0.05
+        Of the trainer made by :func:`make_trainer`.
     progress : bool, default True
-        Show a tqdm progress bar (``tqdm.auto``: a widget in Jupyter, text elsewhere).
+        Show a tqdm progress bar.
     label : str, optional
         Prefix of the progress bar; default ``dtype``.
     history : History, optional
-        Continue this run of the same network: its trainer is used (``trainer`` must not be
-        given) and the new epochs are appended to it, numbered after its last one.
+        Continue this run of the same network with its trainer, appending the new epochs.
 
     Returns
     -------
     History
-        Loss, accuracies, seconds and images per second for every epoch, and the trainer
-        (``history`` itself, extended, when it was given).
+        ``epochs`` (loss, accuracies, seconds, images per second, GPU memory of each epoch),
+        ``column(name)``, ``final``, ``table()`` and the ``trainer``; ``history`` itself,
+        extended, when it was given.
 
     Raises
     ------
     TypeError
-        If ``epochs`` is not an int or ``ctx`` is not a Context.
+        If ``epochs`` is not an int.
     ValueError
-        If ``epochs`` is below 1, ``dtype`` is unknown or cannot run on the context (float16
-        on a CPU), does not match the network's parameters, or either data source yields no
+        If ``epochs`` is below 1, ``dtype`` is unknown, cannot run on the context (float16
+        on a CPU) or does not match the network or ``history``, or a data source yields no
         batch.
     RuntimeError
         For float32 or float16 training after ``amp.init``, or bfloat16 training without it.
     """
     epochs = check_scalar(epochs, "epochs", int, min_val=1)
-    ctx = net_context(net) if ctx is None else resolve_context(ctx)
-    dtype = check_dtype(dtype, ctx)
+    ctx = _net_context(net)
+    dtype = _check_dtype(dtype, ctx)
     _check_net_dtype(net, dtype)
     if dtype != "bfloat16":
-        refuse_after_amp(f"{dtype} training run")
-    if history is not None:
-        if trainer is not None:
-            raise ValueError("give either trainer or history (whose trainer continues), not both")
-        if history.dtype != dtype or history.trainer is None:
-            raise ValueError(
-                f"history is a {history.dtype} run without its trainer or of another type than "
-                f"dtype={dtype!r}: continue a run with the dtype it was started with"
-            )
-        trainer = history.trainer
-    if trainer is None:
-        trainer = _trainer(net, dtype, multi_precision, "sgd", learning_rate, momentum, wd)
-    use_amp = dtype == "bfloat16"
-    if use_amp and getattr(trainer, "_amp_loss_scaler", None) is None:
-        amp.init_trainer(trainer)
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        _refuse_after_amp(f"{dtype} training run")
     first = 1
     if history is None:
-        history = History(
-            dtype=dtype, multi_precision=bool(multi_precision), context=str(ctx), trainer=trainer
+        trainer = _trainer(net, dtype, bool(multi_precision), learning_rate)
+        history = History(dtype, bool(multi_precision), str(ctx), trainer=trainer)
+    elif history.dtype != dtype or history.trainer is None:
+        raise ValueError(
+            f"history is a {history.dtype} run without its trainer or of another type than "
+            f"dtype={dtype!r}: continue a run with the dtype it was started with"
         )
     elif history.epochs:
         first = history.epochs[-1].epoch + 1
+    trainer = history.trainer
+    use_amp = dtype == "bfloat16"
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     mx.nd.waitall()
-    if is_gpu(ctx):
+    if _is_gpu(ctx):
         ctx.empty_cache()
     memory_before = _gpu_memory_used(ctx)
-    name = label or dtype
     last = first + epochs - 1
     for epoch in range(first, last + 1):
         total_loss = mx.nd.zeros((1,), ctx=ctx)
         correct = mx.nd.zeros((1,), ctx=ctx)
         seen = 0
         start = time.perf_counter()
-        bar = _batches(train_data, f"{name} epoch {epoch}/{last}", progress)
+        bar = tqdm(
+            train_data,
+            desc=f"{label or dtype} epoch {epoch}/{last}",
+            disable=not progress,
+            leave=False,
+            unit="batch",
+        )
         for batch, (x, y) in enumerate(bar, 1):
             x = x.as_in_context(ctx)
             y = y.as_in_context(ctx)
@@ -246,8 +268,7 @@ def train(
             # MXNet 1.9 updates a BatchNorm's running statistics in its backward pass. The
             # first layer of a ResNet v2 is a BatchNorm of the input with nothing to learn, so
             # its backward runs only if the input asks for a gradient; without this its
-            # running mean and variance stay 0 and 1 and test-time inputs are scaled unlike
-            # training ones.
+            # running mean and variance stay 0 and 1.
             x.attach_grad()
             with autograd.record():
                 out = net(x).astype("float32", copy=False)
@@ -266,22 +287,184 @@ def train(
         bar.close()
         if seen == 0:
             raise ValueError("train_data yielded no batches: check the dataset and batch size")
-        mean_loss = float(total_loss.asscalar()) / seen
-        train_accuracy = float(correct.asscalar()) / seen
         mx.nd.waitall()
         seconds = time.perf_counter() - start
         memory = _gpu_memory_used(ctx)
         history.epochs.append(
             EpochStats(
                 epoch=epoch,
-                loss=mean_loss,
-                train_accuracy=train_accuracy,
-                test_accuracy=accuracy(net, test_data, ctx, dtype),
+                loss=float(total_loss.asscalar()) / seen,
+                train_accuracy=float(correct.asscalar()) / seen,
+                test_accuracy=_accuracy(net, test_data, ctx, dtype),
                 seconds=seconds,
                 images_per_second=seen / seconds,
-                memory_mib=None
-                if memory is None or memory_before is None
-                else memory - memory_before,
+                memory_mib=None if memory is None else memory - memory_before,
             )
         )
     return history
+
+
+def _outputs(
+    net: gluon.Block, data: Iterable[Any], ctx: mx.Context, dtype: str, batch_statistics: bool
+) -> Iterator[tuple[mx.nd.NDArray, mx.nd.NDArray]]:
+    """Yield float32 outputs and labels batch by batch; ``ctx`` and ``dtype`` are checked."""
+    seen = 0
+    for x, y in data:
+        x = x.as_in_context(ctx)
+        if dtype == "float16":
+            x = x.astype("float16", copy=False)
+        if batch_statistics:
+            with autograd.train_mode():  # BatchNorm normalises with this batch's statistics
+                out = net(x)
+        else:
+            out = net(x)
+        seen += x.shape[0]
+        yield out.astype("float32", copy=False), y.as_in_context(ctx).astype("float32")
+    if seen == 0:
+        raise ValueError("the data yielded no batches: nothing to evaluate")
+
+
+def _accuracy(
+    net: gluon.Block, data: Iterable[Any], ctx: mx.Context, dtype: str, by_batch: bool = False
+) -> float:
+    """:func:`evaluate` for a ``ctx`` and a ``dtype`` that the caller has checked."""
+    correct, seen = None, 0
+    for out, y in _outputs(net, data, ctx, dtype, by_batch):
+        hits = (out.argmax(axis=1) == y).sum()
+        correct = hits if correct is None else correct + hits
+        seen += y.shape[0]
+    return float(correct.asscalar()) / seen  # type: ignore[union-attr]
+
+
+def evaluate(
+    net: gluon.Block,
+    data: Iterable[Any],
+    ctx: mx.Context | None = None,
+    dtype: str | None = None,
+    *,
+    batch_statistics: bool = False,
+) -> float:
+    """Classification accuracy of a network on batches of ``(images, labels)``.
+
+    Parameters
+    ----------
+    net : mxnet.gluon.Block
+        The network (BatchNorm uses its running statistics).
+    data : iterable of (NDArray, NDArray)
+        Batches, e.g. ``loaders.test``.
+    ctx : mxnet.Context, optional
+        Where to compute; default where the network's parameters are.
+    dtype : str, optional
+        Type the images are cast to; default float16 if the network has float16 parameters,
+        else float32 (bfloat16 AMP networks take float32 input).
+    batch_statistics : bool, default False
+        Normalise every BatchNorm layer with each batch's statistics instead of its running
+        averages (a diagnostic; nothing is updated). It needs batches that mix the classes;
+        :func:`refresh_statistics` is the sounder test.
+
+    Returns
+    -------
+    float
+        Correct predictions divided by the number of images.
+
+    Raises
+    ------
+    ValueError
+        If ``data`` yields no batch, or float16 is asked for on a CPU.
+    """
+    ctx, dtype = _where_and_how(net, ctx, dtype)
+    return _accuracy(net, data, ctx, dtype, batch_statistics)
+
+
+def predict(
+    net: gluon.Block,
+    data: Iterable[Any],
+    ctx: mx.Context | None = None,
+    dtype: str | None = None,
+    *,
+    batch_statistics: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted classes and true labels of every image, as NumPy arrays.
+
+    Parameters
+    ----------
+    net : mxnet.gluon.Block
+        The network.
+    data : iterable of (NDArray, NDArray)
+        Batches, e.g. ``loaders.test``.
+    ctx, dtype, batch_statistics
+        As for :func:`evaluate`.
+
+    Returns
+    -------
+    predicted : numpy.ndarray
+        The class with the largest output for each image (int64).
+    labels : numpy.ndarray
+        The labels (int64), in the same order.
+
+    Raises
+    ------
+    ValueError
+        If ``data`` yields no batch, or float16 is asked for on a CPU.
+    """
+    ctx, dtype = _where_and_how(net, ctx, dtype)
+    predicted, labels = [], []
+    for out, y in _outputs(net, data, ctx, dtype, batch_statistics):
+        predicted.append(out.argmax(axis=1).asnumpy().astype(np.int64))
+        labels.append(y.asnumpy().astype(np.int64))
+    return np.concatenate(predicted), np.concatenate(labels)
+
+
+def refresh_statistics(
+    net: gluon.Block,
+    data: Iterable[Any],
+    batches: int,
+    ctx: mx.Context | None = None,
+    dtype: str | None = None,
+) -> int:
+    """Fold training batches into every BatchNorm's running averages, the weights left fixed.
+
+    Each batch goes through the network in training mode and back (MXNet 1.9 updates a
+    BatchNorm's running mean and variance in its backward pass); no optimizer step is taken.
+    With BatchNorm's momentum ``m``, what the averages held before weighs ``m**batches``
+    afterwards. Scoring the network before and after tells running averages that lag behind
+    the weights (the accuracy jumps) from weights that have not learned (it does not).
+
+    Parameters
+    ----------
+    net : mxnet.gluon.Block
+        The network; its parameters must be initialised.
+    data : iterable of (NDArray, NDArray)
+        Training batches, e.g. ``loaders.train``.
+    batches : int
+        How many batches to fold in, at least 1; fewer are used if ``data`` runs out.
+    ctx, dtype
+        As for :func:`evaluate`.
+
+    Returns
+    -------
+    int
+        The number of batches folded in.
+
+    Raises
+    ------
+    ValueError
+        If ``batches`` is below 1, ``data`` yields no batch, or float16 is asked for on a CPU.
+    """
+    batches = check_scalar(batches, "batches", int, min_val=1)
+    ctx, dtype = _where_and_how(net, ctx, dtype)
+    used = 0
+    for images, _ in data:
+        if used == batches:
+            break
+        images = images.as_in_context(ctx)
+        if dtype == "float16":
+            images = images.astype("float16", copy=False)
+        images.attach_grad()  # as in training: the first BatchNorm's backward must run
+        with autograd.record():  # training mode: each BatchNorm uses the batch's statistics
+            out = net(images)
+        out.backward()
+        used += 1
+    if used == 0:
+        raise ValueError("the data yielded no batches: nothing to refresh the statistics with")
+    return used
