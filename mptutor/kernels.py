@@ -1,8 +1,7 @@
-"""Which CUDA kernels ran on Tensor Cores, told from their names alone.
+"""Which CUDA kernels ran on Tensor Cores, told from their names alone (framework-free).
 
-Framework-free: a profiler (PyTorch's, Nsight Systems, TensorFlow's) reports kernel names, and
-those names say whether a kernel used Tensor Cores. :func:`is_tensor_core_kernel` reads them;
-:class:`KernelRecord` is one kernel as :func:`mptutor.torch.tensor_core_kernels` reports it.
+A profiler (PyTorch's, Nsight Systems, TensorFlow's) reports kernel names, and those names say
+whether a kernel used Tensor Cores; :func:`mptutor.torch.tensor_core_kernels` judges them here.
 
 Examples
 --------
@@ -16,9 +15,8 @@ False
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-__all__ = ["KernelRecord", "is_tensor_core_kernel"]
+__all__ = ["is_tensor_core_kernel"]
 
 # MMA instruction shapes in cuBLAS/cuDNN kernel names: Volta "884", Turing "1688",
 # Ampere and later "16816" (also 1684, 16832 and int8 8816/8832), as in "s884gemm", "h1688gemm".
@@ -72,45 +70,3 @@ def is_tensor_core_kernel(name: str) -> bool:
     if "ffma" in low:
         return False
     return bool(_TC_TYPES.search(low))
-
-
-@dataclass(frozen=True)
-class KernelRecord:
-    """One CUDA kernel seen by a profiler, with its Tensor Core verdict.
-
-    Attributes
-    ----------
-    name : str
-        Kernel name.
-    calls : int
-        Launches.
-    cuda_time_us : float
-        Total device time in microseconds.
-    tensor_core : bool
-        :func:`is_tensor_core_kernel` of the name.
-    """
-
-    name: str
-    calls: int
-    cuda_time_us: float
-    tensor_core: bool
-
-    @classmethod
-    def from_name(cls, name: str, calls: int, cuda_time_us: float) -> KernelRecord:
-        """Make a record whose ``tensor_core`` verdict is read from the name.
-
-        Parameters
-        ----------
-        name : str
-            The kernel name as the profiler reports it.
-        calls : int
-            How often it was launched (converted to ``int``).
-        cuda_time_us : float
-            Its device time summed over the launches, in microseconds (converted to ``float``).
-
-        Returns
-        -------
-        KernelRecord
-            The record, with ``tensor_core = is_tensor_core_kernel(name)``.
-        """
-        return cls(name, int(calls), float(cuda_time_us), is_tensor_core_kernel(name))

@@ -1,4 +1,5 @@
 import copy
+import inspect
 import math
 import subprocess
 import sys
@@ -52,20 +53,6 @@ def test_prep_param_lists_makes_fp32_leaf_copies():
         assert m.data_ptr() != p.data_ptr()
 
 
-def test_flat_master_round_trip():
-    model = torch.nn.Linear(5, 3).half()
-    model_params, (flat,) = mpt.prep_param_lists(model, flat_master=True)
-    assert flat.shape == (5 * 3 + 3,) and flat.dtype == torch.float32
-    for p in model_params:
-        p.grad = torch.ones_like(p)
-    mpt.model_grads_to_master_grads(model_params, [flat], flat_master=True)
-    assert torch.equal(flat.grad, torch.ones(18))
-    with torch.no_grad():
-        flat.add_(1.0)
-    mpt.master_params_to_model_params(model_params, [flat], flat_master=True)
-    assert torch.equal(model.bias.float(), flat[-3:].half().float())
-
-
 def test_grads_and_weights_copy_between_copies():
     model = torch.nn.Linear(4, 2).half()
     model_params, masters = mpt.prep_param_lists(model)
@@ -100,8 +87,6 @@ def test_prep_param_lists_errors():
     frozen = torch.nn.Linear(2, 2).half().requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         mpt.prep_param_lists(frozen)
-    with pytest.raises(ValueError, match="one dtype and device"):
-        mpt.prep_param_lists(mpt.network_to_half(_net()), flat_master=True)
 
 
 # --- MasterWeightOptimizer ---------------------------------------------------------------
@@ -428,7 +413,8 @@ def test_the_package_uses_the_real_pytorch_and_keeps_no_old_names():
     assert master_weights.torch is torch and master_weights.nn is torch.nn
     for old in ("gradients_stats", "is_tensor_core_kernel", "KernelRecord", "LossScaler"):
         assert not hasattr(mpt, old), old
-    assert set(mpt.__all__) == {n for n in vars(mpt) if not n.startswith("_")} - {"annotations"}
+    public = {n for n, v in vars(mpt).items() if not n.startswith("_") and not inspect.ismodule(v)}
+    assert set(mpt.__all__) == public
     assert "clip_norm" in mpt.MasterWeightOptimizer.__init__.__code__.co_varnames
     assert "clip_grad_norm" not in mpt.MasterWeightOptimizer.__init__.__code__.co_varnames
 
@@ -503,13 +489,12 @@ def test_a_failed_load_changes_nothing():
     )
     flawed = [
         (good | {"loss_scaler": StaticLossScaler(4.0).state_dict()}, "loss_scaler.*type"),
-        (good | {"optimizer": two_groups.state_dict()}, "2 parameter groups, this one 1"),
+        (good | {"optimizer": two_groups.state_dict()}, "different number of parameter groups"),
         (good | {"loss_scaler": good["loss_scaler"] | {"scale": -1.0}}, "loss_scaler.*scale"),
         (good | {"master_params": [p * float("nan") for p in good["master_params"]]}, "inf or NaN"),
         (good | {"master_params": [p.half() for p in good["master_params"]]}, "float32"),
         (good | {"master_params": good["master_params"][:2]}, "shapes differ"),
-        (good | {"flat_master": True}, "flat_master"),
-        (good | {"extra": 1}, "unexpected keys"),
+        (good | {"extra": 1}, "need keys"),
         ({"master_params": []}, "need keys"),
         (None, "need keys"),
     ]
@@ -527,16 +512,16 @@ def test_a_factory_that_ignores_its_argument_is_refused():
         mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(model.parameters(), lr=0.1), model)
 
 
-@pytest.mark.parametrize("old_format", [False, True])
-def test_a_checkpoint_of_another_optimizer_type_is_refused(old_format):
+def test_a_checkpoint_of_another_optimizer_type_is_refused():
     adam, model = _small(factory=lambda p: torch.optim.Adam(p, lr=1e-3))
     _small_step(adam, model)
     state = adam.state_dict()
-    if old_format:  # saved before the optimizer's type was stored: its settings betray it
-        del state["optimizer_type"]
     sgd, _ = _small(factory=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     snap = _snapshot(sgd)
-    with pytest.raises(ValueError, match="Adam|another kind of optimizer"):
+    with pytest.raises(ValueError, match="saved from a torch.optim.adam.Adam"):
+        sgd.load_state_dict(state)
+    del state["optimizer_type"]  # a state without its optimizer's type is refused too
+    with pytest.raises(ValueError, match="need keys"):
         sgd.load_state_dict(state)
     _assert_unchanged(sgd, snap)
     assert sgd.optimizer.param_groups[0]["momentum"] == 0.9
@@ -580,9 +565,6 @@ def test_step_without_backward_is_refused_and_changes_nothing():
         opt.step()
     _assert_unchanged(opt, snap)
     assert opt.loss_scaler.history.steps == 0
-    flat, _ = _small(flat_master=True)
-    with pytest.raises(RuntimeError, match="no gradient"):
-        flat.step()
 
 
 @pytest.mark.parametrize(
@@ -591,8 +573,6 @@ def test_step_without_backward_is_refused_and_changes_nothing():
         ({"loss_scaler": 128.0}, TypeError, r"loss_scaler must be None or a LossScaler.*128.0"),
         ({"loss_scaler": "dynamic"}, TypeError, "loss_scaler must be.*'dynamic' of type str"),
         ({"loss_scaler": DynamicLossScaler}, TypeError, r"the class DynamicLossScaler.*instance"),
-        ({"flat_master": "False"}, TypeError, "flat_master must be True or False, got 'False'"),
-        ({"flat_master": 1}, TypeError, "flat_master must be True or False"),
         ({"model": "abc"}, TypeError, "model must be a torch.nn.Module, got 'abc' of type str"),
         ({"model": None}, TypeError, "model must be a torch.nn.Module, got None"),
         ({"model": [torch.zeros(2, requires_grad=True)]}, TypeError, "model must be a torch.nn"),
@@ -698,17 +678,11 @@ def test_the_talks_functions_refuse_bad_input():
         mpt.prep_param_lists(torch.zeros(3, requires_grad=True))  # a tensor, not a list of them
     with pytest.raises(TypeError, match=r"model\[0\] must be a torch.Tensor, got 1"):
         mpt.prep_param_lists([1, 2])
-    with pytest.raises(TypeError, match="flat_master must be True or False"):
-        mpt.prep_param_lists(model, flat_master="False")
     for copy_fn in (mpt.model_grads_to_master_grads, mpt.master_params_to_model_params):
         with pytest.raises(ValueError, match="model_params and master_params differ"):
             copy_fn(params, masters[:1])
         with pytest.raises(ValueError, match="differ: shapes"):
             copy_fn(params, masters[::-1])
-        with pytest.raises(ValueError, match="one flat master tensor of 8 elements"):
-            copy_fn(params, masters, flat_master=True)
-        with pytest.raises(TypeError, match="flat_master must be True or False"):
-            copy_fn(params, masters, flat_master="no")
         with pytest.raises(TypeError, match="master_params must be a torch.nn.Module or an"):
             copy_fn(params, None)
 

@@ -83,22 +83,19 @@ def test_targets_that_cannot_be_imported_by_name_are_refused():
     def local(rank, world_size, device):
         return rank
 
-    for bad in (local, lambda r, w, d: r, print.__call__):
-        with pytest.raises((TypeError, ValueError)):
+    for bad in (local, lambda r, w, d: r, 42):
+        with pytest.raises(TypeError, match="target must be a 'module:function' string"):
             launch(bad)
     with pytest.raises(ValueError, match="module:function"):
         launch("no_colon_here")
     with pytest.raises(ValueError, match="does not exist"):
         launch("/nonexistent/workers.py:train")
-    with pytest.raises(TypeError, match="function or a 'module:function'"):
-        launch(42)
     assert _no_children()
 
 
 def test_bad_settings_are_refused():
     for kwargs, match in (
         ({"world_size": 0}, "world_size"),
-        ({"threads": 0}, "threads"),
         ({"timeout": 0}, "timeout"),
         ({"backend": "mpi"}, "backend"),
     ):
@@ -106,10 +103,10 @@ def test_bad_settings_are_refused():
             Workers(**kwargs)
     for kwargs, match in (
         ({"world_size": 2.0}, "world_size must be an int"),
-        ({"threads": True}, "threads must be an int"),
+        ({"world_size": True}, "world_size must be an int"),
         ({"timeout": "300"}, "timeout must be a real number"),
     ):
         with pytest.raises(TypeError, match=match):
             Workers(**kwargs)
     assert Workers(timeout=1, backend="gloo").timeout == 1.0
-    assert "not running" in repr(Workers(backend="gloo"))
+    assert not Workers(backend="gloo").running

@@ -1,30 +1,11 @@
 """Run functions in a few ``torch.distributed`` processes on one machine, and clean up.
 
-The plumbing behind the several-processes notebook, used through :mod:`mptutor.torch`::
-
-    from mptutor.torch import Workers, launch
-
-    run = launch("workers.py:train", 100)   # train(rank, world_size, device, 100) in 2 processes
-    run.results[0], run.results[1]          # what each rank returned
-
-    workers = Workers(world_size=2)         # or keep the processes for several calls
-    workers.run("workers.py:train", 100)
-    workers.run("workers.py:evaluate")
-    workers.close()
-
-The processes are started with the ``spawn`` method: each is a fresh Python interpreter, so the
-function must be importable by name, as ``"package.module:function"`` or
-``"path/to/file.py:function"`` (a function defined in a notebook cannot be). They join one
-process group (``gloo`` on CPUs, ``nccl`` when there is a GPU per process) and call the function
-with ``(rank, world_size, device, *args)``; each rank's return value comes back to the caller.
-
-Failures end everything: when a worker raises, dies or does not answer in time, or the waiting
-caller is interrupted (a notebook cell stopped with Ctrl-C), every process is ended before the
-error reaches the caller, since the other ranks may be waiting in a collective that will never
-complete. The next call starts fresh processes. Idle processes end with :meth:`Workers.close`,
-when the object is garbage-collected, or when the interpreter exits (they are daemonic). The
-workers' standard output and error go to log files, returned with each result, so that a
-notebook cell shows only what the caller prints.
+The processes are started with ``spawn``, so the function must be importable by name,
+``"package.module:function"`` or ``"path/to/file.py:function"``. They join one process group and
+call it with ``(rank, world_size, device, *args)``; each rank's return value comes back. When a
+worker raises, dies or does not answer in time, or the caller is interrupted, every process is
+ended before the error reaches the caller: the other ranks may be waiting in a collective that
+will never complete. The workers' output goes to log files, returned with each result.
 """
 
 from __future__ import annotations
@@ -40,7 +21,6 @@ import tempfile
 import time
 import traceback
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -51,27 +31,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from mptutor._checks import check_scalar
-from mptutor.torch import _device
 
-__all__ = ["DistributedRun", "WorkerError", "Workers", "choose_backend", "launch"]
+__all__ = ["WorkerError", "Workers", "choose_backend", "launch"]
 
 
 @dataclass
-class DistributedRun:
-    """What one call brings back from the workers.
-
-    Attributes
-    ----------
-    results : list
-        The value each rank's function returned, in rank order.
-    logs : list of str
-        What each rank printed during the call (standard output and error; empty strings when
-        it printed nothing).
-    backend : str
-        The process group's backend, ``"gloo"`` or ``"nccl"``.
-    seconds : float
-        Wall time of the call, including the start of the processes if it started them.
-    """
+class _Run:
+    """What one call brings back: each rank's result and output, the backend, the wall time."""
 
     results: list[Any]
     logs: list[str]
@@ -107,22 +73,18 @@ def choose_backend(world_size: int = 2) -> str:
     Returns
     -------
     str
-        ``"nccl"`` when NCCL is available and there is one CUDA GPU per process (and
-        :func:`mptutor.torch.device` is ``"cuda"``: ``MPTUTOR_DEVICE=cpu`` is not set), else
-        ``"gloo"`` (CPU tensors).
+        ``"nccl"`` when NCCL is available and :func:`mptutor.torch.device` gives one CUDA GPU
+        per process, else ``"gloo"`` (CPU tensors).
     """
-    if (
-        _device.device() == "cuda"
-        and torch.cuda.device_count() >= world_size
-        and dist.is_nccl_available()
-    ):
+    from mptutor.torch import device
+
+    if device() == "cuda" and torch.cuda.device_count() >= world_size and dist.is_nccl_available():
         return "nccl"
     return "gloo"
 
 
-def _resolve(target: str) -> Callable[..., Any]:
-    # Import the function in the worker; a .py file is executed afresh at every call, so that
-    # edits made between calls take effect.
+def _resolve(target: str) -> Any:
+    """Import the target function; a .py file is executed afresh, so that edits take effect."""
     where, _, name = target.rpartition(":")
     if where.endswith(".py"):
         spec = importlib.util.spec_from_file_location(Path(where).stem, where)
@@ -135,49 +97,32 @@ def _resolve(target: str) -> Callable[..., Any]:
     return getattr(module, name)
 
 
-def _target_name(target: str | Callable[..., Any]) -> str:
-    if isinstance(target, str):
-        where, sep, name = target.rpartition(":")
-        if not sep or not where or not name:
-            raise ValueError(
-                f"target must be 'module:function' or 'path/to/file.py:function', got {target!r}"
-            )
-        if where.endswith(".py"):
-            if not Path(where).is_file():
-                raise ValueError(f"target file {where} does not exist")
-            return f"{Path(where).resolve()}:{name}"
-        return target
-    if not callable(target):
-        raise TypeError(f"target must be a function or a 'module:function' string, got {target!r}")
-    module = getattr(target, "__module__", None)
-    qualname = getattr(target, "__qualname__", "")
-    if module in (None, "__main__") or "<" in qualname or "." in qualname:
+def _target_name(target: str) -> str:
+    """Check a target string; a file's path is made absolute for the workers."""
+    if not isinstance(target, str):
+        raise TypeError(f"target must be a 'module:function' string, got {target!r:.80}")
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name:
         raise ValueError(
-            f"{qualname or target!r} is not a top-level function of an importable module (it is "
-            "defined in a notebook, a script's __main__, or inside another function or class): "
-            "spawned processes cannot import it. Put it in a .py file and pass "
-            "'path/to/file.py:function'"
+            f"target must be 'module:function' or 'path/to/file.py:function', got {target!r}"
         )
-    return f"{module}:{qualname}"
+    if not where.endswith(".py"):
+        return target
+    if not Path(where).is_file():
+        raise ValueError(f"target file {where} does not exist")
+    return f"{Path(where).resolve()}:{name}"
 
 
 def _serve(
-    rank: int,
-    world_size: int,
-    backend: str,
-    workdir: str,
-    tasks: Any,
-    results: Any,
-    threads: int,
-    timeout: float,
+    rank: int, world_size: int, backend: str, workdir: str, tasks: Any, results: Any, timeout: float
 ) -> None:
-    # The loop of each worker process: output to a log file, join the group, run tasks.
+    """Run the loop of a worker process: output to a log file, join the group, run tasks."""
     log = open(Path(workdir) / f"rank{rank}.log", "w", buffering=1)  # noqa: SIM115
     os.dup2(log.fileno(), 1)  # C++ libraries write to the file descriptors
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     try:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(1)
         if backend == "nccl":
             torch.cuda.set_device(rank)
             device = torch.device("cuda", rank)
@@ -210,54 +155,47 @@ def _serve(
             dist.destroy_process_group()
 
 
-def _stop(processes: list[Any], grace: float = 5.0) -> None:
+def _cleanup(processes: list[Any], workdir: Path) -> None:
+    """Terminate, then kill, whatever is still alive; remove the folder of logs."""
     for p in processes:
         if p.is_alive():
             p.terminate()
     for p in processes:
-        p.join(grace)
+        p.join(5.0)
         if p.is_alive():
             p.kill()
             p.join()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 class Workers:
-    """A set of ``world_size`` processes in one process group, kept for several calls.
+    """``world_size`` processes in one process group, kept for several calls.
 
-    The processes start at the first :meth:`run`, and stay, with their process group, until
-    :meth:`close` (or a failure, which ends them all). Use it as a context manager to close it
-    at the end of a block.
+    The processes start at the first :meth:`run` and stay until :meth:`close`, a failure
+    (which ends them all), garbage collection or the interpreter's exit. A context manager.
 
     Parameters
     ----------
     world_size : int, optional
         Number of processes (ranks).
     backend : str, optional
-        ``"gloo"`` or ``"nccl"``; by default :func:`choose_backend`. With ``"nccl"`` rank ``r``
-        uses GPU ``r``; with ``"gloo"`` the device is the CPU.
+        ``"gloo"`` (the CPU) or ``"nccl"`` (rank ``r`` on GPU ``r``); by default
+        :func:`choose_backend`.
     timeout : float, optional
         Seconds that one :meth:`run` may take (and the process group's timeout).
-    threads : int, optional
-        ``torch.set_num_threads`` in each process.
 
     Raises
     ------
     TypeError
-        For a world size or thread count that is not an integer, or a timeout that is not a
-        number.
+        If ``world_size`` is not an integer or ``timeout`` not a number.
     ValueError
-        For a world size, thread count, timeout or backend out of range.
+        If ``world_size`` or ``timeout`` is out of range, or ``backend`` unknown.
     """
 
     def __init__(
-        self,
-        world_size: int = 2,
-        backend: str | None = None,
-        timeout: float = 300.0,
-        threads: int = 1,
+        self, world_size: int = 2, backend: str | None = None, timeout: float = 300.0
     ) -> None:
         self.world_size = check_scalar(world_size, "world_size", int, min_val=1)
-        self.threads = check_scalar(threads, "threads", int, min_val=1)
         self.timeout = check_scalar(
             timeout, "timeout", float, min_val=0, include_boundaries="neither"
         )
@@ -275,6 +213,7 @@ class Workers:
         return any(p.is_alive() for p in self._processes)
 
     def _start(self) -> None:
+        """Start the processes, with a finalizer that ends them."""
         self._workdir = Path(tempfile.mkdtemp(prefix="mptutor-dist-"))
         ctx = mp.get_context("spawn")
         self._tasks = [ctx.Queue() for _ in range(self.world_size)]
@@ -283,21 +222,16 @@ class Workers:
         self._processes = []
         for rank in range(self.world_size):
             args = (
-                rank,
-                self.world_size,
-                self.backend,
-                str(self._workdir),
-                self._tasks[rank],
-                self._results,
-                self.threads,
-                self.timeout,
-            )
+                rank, self.world_size, self.backend, str(self._workdir), self._tasks[rank],
+                self._results, self.timeout,
+            )  # fmt: skip
             process = ctx.Process(target=_serve, args=args, daemon=True)
             process.start()
             self._processes.append(process)
         self._finalizer = weakref.finalize(self, _cleanup, self._processes, self._workdir)
 
     def _logs(self, advance: bool = True) -> list[str]:
+        """Return each rank's output since the last call that advanced."""
         logs = []
         for rank in range(self.world_size):
             path = self._workdir / f"rank{rank}.log" if self._workdir else None
@@ -307,29 +241,30 @@ class Workers:
                 self._offsets[rank] = len(text)
         return logs
 
-    def run(self, target: str | Callable[..., Any], *args: Any) -> DistributedRun:
+    def run(self, target: str, *args: Any) -> _Run:
         """Call ``target(rank, world_size, device, *args)`` in every process and wait.
 
         Parameters
         ----------
-        target : str or callable
-            ``"package.module:function"``, ``"path/to/file.py:function"`` (the file is read
-            again at every call), or a top-level function of an importable module.
+        target : str
+            ``"package.module:function"`` or ``"path/to/file.py:function"`` (the file is read
+            again at every call).
         *args : object
             Further arguments (picklable), the same for every rank.
 
         Returns
         -------
-        DistributedRun
-            Each rank's return value and output, the backend, the wall time.
+        object
+            With ``results`` and ``logs`` (each rank's return value and output, in rank order),
+            ``backend`` and ``seconds`` (the wall time).
 
         Raises
         ------
         TypeError, ValueError
-            For a target that cannot be imported by name.
+            For a target that is not such a string.
         WorkerError
             If a worker raised (the message holds its traceback), died, or the call took longer
-            than ``timeout``. Every process has been ended when it is raised.
+            than ``timeout``; every process has been ended.
         """
         name = _target_name(target)
         start = time.perf_counter()
@@ -342,12 +277,13 @@ class Workers:
                 tasks.put((name, args))
             results = self._collect(time.monotonic() + self.timeout)
             completed = True
-            return DistributedRun(results, self._logs(), self.backend, time.perf_counter() - start)
+            return _Run(results, self._logs(), self.backend, time.perf_counter() - start)
         finally:
             if not completed:  # an error or an interruption: nobody may be left waiting
                 self.close()
 
     def _collect(self, deadline: float) -> list[Any]:
+        """Wait for every rank's result; a WorkerError on a failure, a death or the deadline."""
         got: dict[int, Any] = {}
         while len(got) < self.world_size:
             try:
@@ -384,7 +320,7 @@ class Workers:
             deadline = time.monotonic() + 10
             for process in self._processes:
                 process.join(max(0.0, deadline - time.monotonic()))
-            self._finalizer()  # whatever is still alive is terminated, then killed
+            self._finalizer()
             for q in [*self._tasks, self._results]:
                 q.close()
                 q.cancel_join_thread()
@@ -398,50 +334,39 @@ class Workers:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        state = f"{len(self._processes)} running" if self.running else "not running"
-        return f"Workers(world_size={self.world_size}, backend={self.backend!r}, {state})"
-
-
-def _cleanup(processes: list[Any], workdir: Path) -> None:
-    _stop(processes)
-    shutil.rmtree(workdir, ignore_errors=True)
-
 
 def launch(
-    target: str | Callable[..., Any],
+    target: str,
     *args: Any,
     world_size: int = 2,
     backend: str | None = None,
     timeout: float = 300.0,
-    threads: int = 1,
-) -> DistributedRun:
+) -> _Run:
     """Run ``target(rank, world_size, device, *args)`` once in ``world_size`` new processes.
 
-    The same as ``Workers(...).run(target, *args)`` followed by closing: the processes are
-    started for this call and ended before it returns or raises.
+    ``Workers(world_size, backend, timeout).run(target, *args)``, the processes ended before it
+    returns or raises.
 
     Parameters
     ----------
-    target : str or callable
-        ``"package.module:function"``, ``"path/to/file.py:function"``, or a top-level function
-        of an importable module.
+    target : str
+        ``"package.module:function"`` or ``"path/to/file.py:function"``.
     *args : object
         Further arguments for ``target`` (picklable).
-    world_size, backend, timeout, threads
+    world_size, backend, timeout
         As for :class:`Workers`.
 
     Returns
     -------
-    DistributedRun
-        Results and output in rank order, the backend, the wall time.
+    object
+        As :meth:`Workers.run`.
 
     Raises
     ------
     TypeError, ValueError
-        For a target that cannot be imported by name, or bad numbers.
+        For a bad target or settings.
     WorkerError
         If a worker raised, died, or did not finish within ``timeout``.
     """
-    with Workers(world_size, backend, timeout, threads) as workers:
+    with Workers(world_size, backend, timeout) as workers:
         return workers.run(target, *args)

@@ -8,13 +8,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from mptutor import formats
 from mptutor._checks import check_scalar
 
 __all__ = ["FP8Linear", "to_fp8"]
 
 _DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-_SCALINGS, _ALGOS = ("none", "current", "delayed"), ("max", "most_recent")
+_SCALINGS = ("none", "current", "delayed")
 _FP32_MAX = torch.finfo(torch.float32).max
 
 
@@ -75,66 +74,54 @@ class _FP8Matmul(torch.autograd.Function):
 class FP8Linear(nn.Linear):
     """A linear layer whose matrix products run in FP8 through ``torch._scaled_mm``.
 
-    The forward pass casts the input and the weight (the FP32 master copy stays) to E4M3, each
-    with its own per-tensor scale; the backward pass casts the output gradient to
-    ``grad_format`` (E5M2: the hybrid recipe) and computes both gradients from the saved FP8
-    operands. Casts saturate. Scales (``x * scale`` is cast) follow ``scaling``: ``"none"``
-    (1), ``"current"`` (``max / amax`` of the tensor being cast) or ``"delayed"``
-    (:class:`mptutor.fp8.DelayedScaling` on the device, no host sync, in the buffers
-    ``<role>_scale`` and ``<role>_amax_history``, newest last, for the roles ``input``,
-    ``weight`` and ``grad``: a training forward records the input's and weight's amaxes after
-    their casts, and the output gradient's amax joins its window at the next training forward).
+    The input and the weight are cast to E4M3 (the FP32 weight stays), the output gradient to
+    ``grad_format``, each with its own per-tensor scale (``x * scale`` is cast, saturating);
+    both gradients come from the saved FP8 operands. ``scaling``: ``"none"`` (1), ``"current"``
+    (``max / amax`` of the tensor being cast) or ``"delayed"`` (:class:`mptutor.fp8.DelayedScaling`
+    on the device, in the buffers ``<role>_scale`` and ``<role>_amax_history`` for the roles
+    ``input``, ``weight`` and ``grad``; the output gradient's amax joins its window at the next
+    training forward).
 
     Parameters
     ----------
-    in_features, out_features, bias
+    in_features, out_features, bias, device, dtype
         As for :class:`torch.nn.Linear` (the bias is added outside the FP8 product). On a GPU,
         ``torch._scaled_mm`` wants the sizes and the number of input rows multiples of 16.
     scaling : {"delayed", "current", "none"}, optional
         How the scales are chosen.
     history_len : int, optional
-        Amaxes kept for delayed scaling.
-    algo : {"max", "most_recent"}, optional
-        Which amax of the window delayed scaling uses.
-    margin : int, optional
-        Powers of two of headroom: ``scale = max / amax / 2**margin``.
+        Amaxes kept for delayed scaling (its largest gives the scale).
     grad_format : {"fp8_e5m2", "fp8_e4m3"}, optional
         The output gradient's format.
     fast_accum : bool, optional
         ``use_fast_accum`` of ``torch._scaled_mm`` for the forward product only.
-    device, dtype : optional
-        For the parameters, as for :class:`torch.nn.Linear`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``scaling`` or ``grad_format``, or ``history_len`` below 1.
     """
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = True, *,
-        scaling: str = "delayed", history_len: int = 16, algo: str = "max", margin: int = 0,
-        grad_format: Any = "fp8_e5m2", fast_accum: bool = False, device: Any = None,
-        dtype: Any = None,
+        scaling: str = "delayed", history_len: int = 16, grad_format: str = "fp8_e5m2",
+        fast_accum: bool = False, device: Any = None, dtype: Any = None,
     ) -> None:  # fmt: skip
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        for name, value, allowed in (("scaling", scaling, _SCALINGS), ("algo", algo, _ALGOS)):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-        try:
-            grad_name = formats.get(grad_format).name
-        except ValueError:
-            grad_name = None
-        if grad_name not in _DTYPES:
+        if scaling not in _SCALINGS:
+            raise ValueError(f"scaling must be one of {', '.join(_SCALINGS)}, got {scaling!r}")
+        if grad_format not in _DTYPES:
             raise ValueError(f"grad_format must be fp8_e5m2 or fp8_e4m3, got {grad_format!r}")
         history_len = check_scalar(history_len, "history_len", int, min_val=1)
-        self.margin = check_scalar(margin, "margin", int, min_val=0)
-        self.scaling, self.algo, self.grad_format = scaling, algo, grad_name
-        self.fast_accum = bool(fast_accum)
+        self.scaling, self.grad_format, self.fast_accum = scaling, grad_format, bool(fast_accum)
         for role in ("input", "weight", "grad"):
             self.register_buffer(f"{role}_scale", torch.ones((), device=device))
             self.register_buffer(f"{role}_amax_history", torch.zeros(history_len, device=device))
         self.register_buffer("grad_amax", torch.zeros((), device=device))  # not yet in window
 
     def _big(self, role: str) -> float:
-        """Return the largest value of the role's format over ``2**margin``."""
-        fmt = self.grad_format if role == "grad" else "fp8_e4m3"
-        return torch.finfo(_DTYPES[fmt]).max / 2.0**self.margin
+        """Return the largest value of the role's format."""
+        return torch.finfo(_DTYPES[self.grad_format if role == "grad" else "fp8_e4m3"]).max
 
     @torch.no_grad()
     def _record(self, role: str, amax: torch.Tensor) -> None:
@@ -142,8 +129,7 @@ class FP8Linear(nn.Linear):
         history, scale = getattr(self, f"{role}_amax_history"), getattr(self, f"{role}_scale")
         ok = torch.isfinite(amax) & (amax > 0)
         history = torch.where(ok, torch.cat([history[1:], amax.view(1)]), history)
-        window = history.max() if self.algo == "max" else history[-1]
-        scale = torch.where(ok, _from_amax(window, self._big(role), scale), scale)
+        scale = torch.where(ok, _from_amax(history.max(), self._big(role), scale), scale)
         # new tensors, not in-place updates: a tensor saved for backward keeps its value
         setattr(self, f"{role}_amax_history", history)
         setattr(self, f"{role}_scale", scale)
@@ -175,8 +161,7 @@ class FP8Linear(nn.Linear):
         """Describe the sizes and the scaling recipe."""
         recipe = f"scaling={self.scaling!r}, grad_format={self.grad_format!r}"
         if self.scaling == "delayed":
-            history_len = self.input_amax_history.numel()
-            recipe += f", history_len={history_len}, algo={self.algo!r}, margin={self.margin}"
+            recipe += f", history_len={self.input_amax_history.numel()}"
         return f"{super().extra_repr()}, {recipe}"
 
 

@@ -1,22 +1,11 @@
 """How close each module's outputs come to a format's largest value, and stochastic rounding.
 
-Used through :mod:`mptutor.torch`::
-
-    from mptutor import torch as mpt
-
-    with mpt.headroom(model, fmt="fp16") as room:
-        model(x)
-    room.peaks                        # {"blocks.0.ffn": 0.31, ...}: largest |output| / 65504
-
-    w16 = mpt.stochastic_round(w32, torch.bfloat16, generator=g)
-
-Notebooks ``09-transformers-in-16-bits`` and ``10-pure-bf16-and-stochastic-rounding`` write the
-same ideas out by hand first.
+Notebooks 09 (:func:`headroom`) and 10 (:func:`stochastic_round`) write the same ideas out by
+hand first.
 """
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -24,32 +13,13 @@ from torch import nn
 
 from mptutor import formats
 from mptutor._checks import check_type
+from mptutor.torch._nonfinite import _float_tensors
 
-__all__ = ["Headroom", "headroom", "stochastic_round"]
-
-#: Target formats of :func:`stochastic_round`, as PyTorch dtypes.
-ROUNDING_DTYPES = (torch.bfloat16, torch.float16)
+__all__ = ["headroom", "stochastic_round"]
 
 
-def _float_tensors(obj: Any) -> list[torch.Tensor]:
-    """Collect the floating-point tensors in a tensor, or in lists, tuples and dicts of them."""
-    if isinstance(obj, torch.Tensor):
-        return [obj] if obj.is_floating_point() and obj.numel() else []
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in _float_tensors(item)]
-    return []
-
-
-class Headroom:
-    """Forward hooks that keep each module's largest output magnitude; see :func:`headroom`.
-
-    Attributes
-    ----------
-    fmt : mptutor.formats.Format
-        The format whose largest finite value the magnitudes are divided by.
-    """
+class _Headroom:
+    """Forward hooks that keep each module's largest output magnitude; see :func:`headroom`."""
 
     def __init__(self, model: nn.Module, fmt: Any = "fp16") -> None:
         self._model = check_type(model, "model", nn.Module, "a torch.nn.Module")
@@ -61,50 +31,31 @@ class Headroom:
     def _hook(self, module: nn.Module, args: tuple, output: Any) -> None:
         """Fold the largest |value| of each floating-point output into the module's running max."""
         name = self._names[module]
-        for tensor in _float_tensors(output):
+        for tensor in filter(torch.numel, _float_tensors(output)):
             # one pass over the values (aminmax), kept on the tensor's device: no host sync
             low, high = torch.aminmax(tensor.detach())
             amax = torch.maximum(low.neg(), high).float()
             seen = self._amax.get(name)
             self._amax[name] = amax if seen is None else torch.maximum(seen, amax.to(seen.device))
 
-    def __enter__(self) -> Headroom:
+    def __enter__(self) -> _Headroom:
         if self._handles:
             raise RuntimeError("this headroom monitor is already active; use a new one")
-        try:
-            for module in self._names:
-                self._handles.append(module.register_forward_hook(self._hook))
-        except BaseException:
-            self._remove()
-            raise
+        self._handles = [module.register_forward_hook(self._hook) for module in self._names]
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._remove()
-
-    def _remove(self) -> None:
-        """Remove every hook this monitor registered."""
+    def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
 
     @property
     def peaks(self) -> dict[str, float]:
-        """Largest |output| of each module seen so far, divided by the format's largest value.
+        """Each module's largest |output| so far over the format's largest value (one host sync).
 
-        Returns
-        -------
-        dict of str to float
-            Qualified module name (``""`` for the model itself) to that ratio, in the order of
-            ``model.named_modules()``, for the modules that produced a floating-point output.
-            Above 1 the format cannot hold the output; ``inf`` means an output was already
-            infinite and ``nan`` that one held a NaN. Reading it makes the host wait for the
-            device once.
+        Qualified module names (``""`` for the model) in ``named_modules()`` order, for the
+        modules with a floating-point output; above 1 the format cannot hold it, ``inf`` means an
+        output was already infinite, ``nan`` that one held a NaN.
         """
         names = [name for name in self._names.values() if name in self._amax]
         if not names:
@@ -114,31 +65,27 @@ class Headroom:
         return dict(zip(names, (values / self.fmt.max).tolist(), strict=True))
 
 
-def headroom(model: nn.Module, fmt: Any = "fp16") -> Headroom:
+def headroom(model: nn.Module, fmt: Any = "fp16") -> _Headroom:
     """Watch how close every module's outputs come to the largest value of a format.
 
-    A context manager: on entry it puts a forward hook on every module of ``model`` (the model
-    itself included, named ``""``); each hook reduces every floating-point output of its module
-    to its largest magnitude, one reduction per output that stays on the device (no host sync),
-    and keeps the running maximum. On exit, also when the body raises, the hooks are removed.
-    :attr:`Headroom.peaks` then maps each module's qualified name to its largest output
-    magnitude divided by the format's largest finite value: a ratio that creeps towards 1 over
-    training is an overflow on its way, seen before the first inf. Run the model in FP32 (or
-    BF16) inside it to ask what FP16 would do; run it under FP16 autocast to see an overflow
-    that has already happened (``inf``). Cheap enough to wrap one step in every N.
+    A context manager: inside it a forward hook on every module (the model itself named ``""``)
+    keeps the running maximum of its floating-point outputs' magnitudes on the device; on exit,
+    also when the body raises, the hooks are removed. ``.peaks`` (inside or after) maps each
+    module's name to that maximum over the format's largest finite value: a ratio creeping
+    towards 1 is an overflow on its way, seen before the first inf.
 
     Parameters
     ----------
     model : torch.nn.Module
         The model whose modules to watch.
     fmt : str or dtype, optional
-        The format to measure against, any spelling :func:`mptutor.formats.get` knows:
-        ``"fp16"`` (largest value 65504, the default), ``"bf16"``, ``"fp8_e4m3"``, ...
+        The format to measure against, any spelling :func:`mptutor.formats.get` knows
+        (``"fp16"``, ``"bf16"``, ``"fp8_e4m3"``, ...).
 
     Returns
     -------
-    Headroom
-        Use it in a ``with`` statement; read ``.peaks`` inside or after it.
+    context manager
+        With ``.peaks`` (a dict of str to float) and ``.fmt`` (the format).
 
     Raises
     ------
@@ -160,55 +107,27 @@ def headroom(model: nn.Module, fmt: Any = "fp16") -> Headroom:
     >>> {name: round(ratio, 3) for name, ratio in room.peaks.items()}
     {'': 0.5, '0': 1.527, '1': 0.5}
     """
-    return Headroom(model, fmt)
-
-
-def _rounding_dtype(dtype: Any) -> torch.dtype:
-    """Return the PyTorch dtype to round to; a ValueError naming the accepted ones if none."""
-    accepted = ", ".join(str(d) for d in ROUNDING_DTYPES)
-    try:
-        name = formats.dtype_name(dtype)
-    except (TypeError, ValueError):
-        name = None
-    found = getattr(torch, name, None) if isinstance(name, str) else None
-    if found not in ROUNDING_DTYPES:
-        raise ValueError(
-            f"dtype must be one of {accepted} (or a spelling such as 'bf16', 'fp16'), got {dtype!r}"
-        )
-    return found
+    return _Headroom(model, fmt)
 
 
 def stochastic_round(
-    x: torch.Tensor,
-    dtype: Any = torch.bfloat16,
-    generator: torch.Generator | None = None,
+    x: torch.Tensor, dtype: torch.dtype = torch.bfloat16, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """Round each value to one of its two neighbours in ``dtype``, unbiased on average.
 
-    A value ``x`` between the neighbours ``lo < x < hi`` of ``dtype`` becomes ``hi`` with
-    probability ``(x - lo) / (hi - lo)`` and ``lo`` otherwise, so the expected result is ``x``
-    itself: small updates added to 16-bit weights survive on average instead of being rounded
-    away every time. Values that ``dtype`` holds exactly come back unchanged (``-0.0`` and
-    ``inf`` included); NaN stays NaN. A finite value beyond the largest finite value of
-    ``dtype`` is treated as if infinity were the next value up, one spacing above that largest
-    value: it becomes the largest value or ``inf`` (always ``inf`` from one spacing above on),
-    with the sign kept. No gradient flows through the result.
-
-    The probability of rounding up is exact up to the resolution of the uniform random numbers
-    drawn, ``2**-24`` for float32 and lower-precision input and ``2**-53`` for float64; from
-    float32 to bfloat16 (probabilities in steps of ``2**-16``) and to float16 normal values
-    (``2**-13``) it is exact.
+    A value between the neighbours ``lo < x < hi`` becomes ``hi`` with probability
+    ``(x - lo) / (hi - lo)``, else ``lo``: small updates added to 16-bit weights survive on
+    average. Values ``dtype`` holds come back unchanged (``-0.0`` and ``inf`` too), NaN stays
+    NaN; beyond the largest finite value, ``inf`` plays the next value up. No gradient flows.
 
     Parameters
     ----------
     x : torch.Tensor
-        Floating-point values (float64, float32, float16 or bfloat16), on any device.
-    dtype : torch.dtype or str, optional
-        ``torch.bfloat16`` (default) or ``torch.float16``; the spellings of
-        :mod:`mptutor.formats` (``"bf16"``, ``"fp16"``, ...) work too.
+        Floating-point values, on any device.
+    dtype : torch.dtype, optional
+        ``torch.bfloat16`` or ``torch.float16``.
     generator : torch.Generator, optional
-        Source of the random numbers, on ``x``'s device; a generator seeded the same way gives
-        the same result. Without it PyTorch's global generator is used (``torch.manual_seed``).
+        Source of the random numbers, on ``x``'s device; PyTorch's global one by default.
 
     Returns
     -------
@@ -218,10 +137,9 @@ def stochastic_round(
     Raises
     ------
     TypeError
-        If ``x`` is not a floating-point tensor or ``generator`` is not a ``torch.Generator``.
+        If ``x`` is not a floating-point tensor or ``generator`` not a ``torch.Generator``.
     ValueError
-        If ``dtype`` is not one of the accepted dtypes (the message lists them), or the
-        generator is on another device than ``x``.
+        If ``dtype`` is neither, or the generator is on another device than ``x``.
 
     Examples
     --------
@@ -237,7 +155,8 @@ def stochastic_round(
     check_type(x, "x", torch.Tensor, "a floating-point torch.Tensor")
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point torch.Tensor, got dtype {x.dtype}")
-    target = _rounding_dtype(dtype)
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype!r}")
     if generator is not None:
         check_type(generator, "generator", torch.Generator, "a torch.Generator or None")
         if generator.device.type != x.device.type:
@@ -245,18 +164,18 @@ def stochastic_round(
                 f"generator is on {generator.device}, x on {x.device}: pass a generator made "
                 f"with torch.Generator(device={x.device.type!r})"
             )
-    fmt = formats.get(target)
+    fmt = formats.get(dtype)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     with torch.no_grad():
         value = x.to(work)
         size = value.abs()
-        nearest = size.to(target)  # one of the two neighbours of |x| (or inf, or NaN)
+        nearest = size.to(dtype)  # one of the two neighbours of |x| (or inf, or NaN)
         nearest_w = nearest.to(work)
         # for the non-negative magnitudes here, the next value up or down is the next bit pattern
         bits = nearest.view(torch.int16)
         below = nearest_w <= size  # nearest is the lower neighbour
-        low = torch.where(below, nearest, (bits - 1).view(target))
-        high = torch.where(below, (bits + 1).view(target), nearest)
+        low = torch.where(below, nearest, (bits - 1).view(dtype))
+        high = torch.where(below, (bits + 1).view(dtype), nearest)
         low_w, high_w = low.to(work), high.to(work)
         # above the largest finite value, inf plays the next value: one spacing further up
         spacing_at_max = 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)

@@ -1,15 +1,15 @@
-"""FP32 master weights for an FP16/BF16 model: the talk's three functions and the optimizer.
+"""FP32 master weights for an FP16/BF16 model: the talk's helpers and the optimizer.
 
-:func:`prep_param_lists`, :func:`model_grads_to_master_grads` and
-:func:`master_params_to_model_params` are named after the functions of the GTC 2018 talk
-"Training Neural Networks with Mixed Precision"; :class:`MasterWeightOptimizer` bundles them
-with loss scaling, skipped steps, clipping and checkpoints.
+:func:`prep_param_lists`, :func:`model_grads_to_master_grads`,
+:func:`master_params_to_model_params` and :func:`bn_to_float` (``BN_convert_float``) are named
+after the functions of the GTC 2018 talk "Training Neural Networks with Mixed Precision";
+:class:`MasterWeightOptimizer` bundles them with loss scaling, skipped steps, clipping and
+checkpoints.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,28 +17,75 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from mptutor.atomic import atomic_path
+from mptutor import gradients
 from mptutor._checks import check_type, optional_positive
+from mptutor.atomic import atomic_path
 from mptutor.scaling import FLOAT32_MAX, DynamicLossScaler, LossScaler
 
 __all__ = [
-    "LOW_PRECISION_DTYPES",
+    "bn_to_float",
+    "network_to_half",
     "prep_param_lists",
     "model_grads_to_master_grads",
     "master_params_to_model_params",
+    "gradient_stats",
     "MasterWeightOptimizer",
 ]
 
-#: Parameter dtypes that :class:`MasterWeightOptimizer` keeps an FP32 master copy of.
-LOW_PRECISION_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
-
 OptimizerOrFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer] | torch.optim.Optimizer
 
-_FLAG = "True or False"
 _SCALER = "None or a LossScaler such as DynamicLossScaler() or StaticLossScaler(128.0)"
-_KEYS = {"master_params", "optimizer", "loss_scaler", "flat_master"}
+_KEYS = {"master_params", "optimizer", "optimizer_type", "loss_scaler"}
+
+
+def bn_to_float(module: nn.Module) -> nn.Module:
+    """Convert a module's BatchNorm layers to FP32, in place (the talk's ``BN_convert_float``).
+
+    BatchNorm sums over the batch for its statistics; in FP32 those sums keep their precision.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Any module; its BatchNorm descendants (and itself, if it is one) are converted.
+
+    Returns
+    -------
+    torch.nn.Module
+        The same module.
+
+    Raises
+    ------
+    TypeError
+        If ``module`` is not a ``torch.nn.Module``.
+    """
+    check_type(module, "module", nn.Module, "a torch.nn.Module")
+    for sub in module.modules():
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm):
+            sub.float()
+    return module
+
+
+def network_to_half(module: nn.Module) -> nn.Module:
+    """Convert a module to FP16 in place, except its BatchNorm layers, which stay FP32.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The network.
+
+    Returns
+    -------
+    torch.nn.Module
+        The same module, ready for FP16 inputs.
+
+    Raises
+    ------
+    TypeError
+        If ``module`` is not a ``torch.nn.Module``.
+    """
+    check_type(module, "module", nn.Module, "a torch.nn.Module")
+    return bn_to_float(module.half())
 
 
 def _tensors(values: Any, name: str) -> list[torch.Tensor]:
@@ -55,6 +102,7 @@ def _tensors(values: Any, name: str) -> list[torch.Tensor]:
 
 
 def _trainable(model: Any) -> list[torch.Tensor]:
+    """Return the parameters with ``requires_grad``; a ValueError if there are none."""
     found = [p for p in _tensors(model, "model") if p.requires_grad]
     if not found:
         raise ValueError(
@@ -63,29 +111,16 @@ def _trainable(model: Any) -> list[torch.Tensor]:
     return found
 
 
-def _check_copies(model_params: Any, master_params: Any, flat_master: Any) -> None:
+def _check_copies(model_params: Any, master_params: Any) -> None:
     """Check that the two lists of :func:`prep_param_lists` fit each other."""
-    check_type(flat_master, "flat_master", bool, _FLAG)
-    model_params = _tensors(model_params, "model_params")
-    master_params = _tensors(master_params, "master_params")
-    if flat_master:
-        total = sum(p.numel() for p in model_params)
-        if len(master_params) != 1 or master_params[0].numel() != total:
-            raise ValueError(
-                f"flat_master=True needs one flat master tensor of {total} elements, got "
-                f"{[m.numel() for m in master_params]} elements in {len(master_params)} tensors"
-            )
-        return
-    shapes = [tuple(p.shape) for p in model_params]
-    if shapes != [tuple(m.shape) for m in master_params]:
-        raise ValueError(
-            f"model_params and master_params differ: shapes {shapes} and "
-            f"{[tuple(m.shape) for m in master_params]}"
-        )
+    shapes = [tuple(p.shape) for p in _tensors(model_params, "model_params")]
+    masters = [tuple(m.shape) for m in _tensors(master_params, "master_params")]
+    if shapes != masters:
+        raise ValueError(f"model_params and master_params differ: shapes {shapes} and {masters}")
 
 
 def prep_param_lists(
-    model: nn.Module | Iterable[torch.Tensor], flat_master: bool = False
+    model: nn.Module | Iterable[torch.Tensor],
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Make FP32 master copies of a model's trainable parameters.
 
@@ -93,74 +128,52 @@ def prep_param_lists(
     ----------
     model : torch.nn.Module or iterable of torch.Tensor
         The (usually FP16) model, or its parameters.
-    flat_master : bool, optional
-        Keep the master copy as one flat FP32 tensor (all parameters must then share a dtype
-        and device). Fewer, larger kernels in the optimizer.
 
     Returns
     -------
     model_params : list of torch.Tensor
         The model's trainable parameters.
     master_params : list of torch.Tensor
-        FP32 leaf tensors with ``requires_grad=True``: one per parameter, or a single flat one.
+        One FP32 leaf tensor with ``requires_grad=True`` per parameter.
 
     Raises
     ------
     TypeError
-        If ``model`` is neither a module nor an iterable of tensors, or ``flat_master`` is not
-        a bool.
+        If ``model`` is neither a module nor an iterable of tensors.
     ValueError
-        If there is no trainable parameter, or ``flat_master`` is asked for parameters of
-        mixed dtypes or devices.
+        If there is no trainable parameter.
     """
-    check_type(flat_master, "flat_master", bool, _FLAG)
     model_params = _trainable(model)
-    if flat_master:
-        kinds = {(p.dtype, p.device) for p in model_params}
-        if len(kinds) > 1:
-            raise ValueError(f"flat_master needs parameters of one dtype and device, got {kinds}")
-        flat = _flatten_dense_tensors([p.detach() for p in model_params]).float()
-        master = nn.Parameter(flat)
-        master.grad = torch.zeros_like(master)
-        return model_params, [master]
-    masters = [nn.Parameter(p.detach().clone().float()) for p in model_params]
-    return model_params, masters
+    return model_params, [nn.Parameter(p.detach().clone().float()) for p in model_params]
 
 
 def model_grads_to_master_grads(
-    model_params: Sequence[torch.Tensor],
-    master_params: Sequence[torch.Tensor],
-    flat_master: bool = False,
+    model_params: Sequence[torch.Tensor], master_params: Sequence[torch.Tensor]
 ) -> None:
     """Copy the model's (FP16) gradients into the FP32 master parameters' ``.grad``.
 
-    A parameter without a gradient gives its master ``grad = None`` (zeros in the flat case).
+    A parameter without a gradient gives its master ``grad = None``.
 
     Parameters
     ----------
     model_params, master_params : sequence of torch.Tensor
         As returned by :func:`prep_param_lists`.
-    flat_master : bool, optional
-        Whether ``master_params`` is a single flat tensor.
 
     Raises
     ------
     TypeError
-        If an argument is not a sequence of tensors, or ``flat_master`` not a bool.
+        If an argument is not a sequence of tensors.
     ValueError
-        If the two lists do not fit each other (count, shapes, or the flat tensor's size).
+        If the two lists differ in count or shapes.
     """
-    _check_copies(model_params, master_params, flat_master)
-    _grads_to_masters(model_params, master_params, flat_master)
+    _check_copies(model_params, master_params)
+    _grads_to_masters(model_params, master_params)
 
 
 def _grads_to_masters(
-    model_params: Sequence[torch.Tensor], master_params: Sequence[torch.Tensor], flat: bool
+    model_params: Sequence[torch.Tensor], master_params: Sequence[torch.Tensor]
 ) -> None:
-    if flat:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model_params]
-        master_params[0].grad = _flatten_dense_tensors([g.detach() for g in grads]).float()
-        return
+    """Copy gradients to the masters, one fused converting copy for those that have a buffer."""
     targets, sources = [], []
     for model, master in zip(model_params, master_params, strict=True):
         if model.grad is None:
@@ -170,92 +183,102 @@ def _grads_to_masters(
         else:
             targets.append(master.grad)
             sources.append(model.grad.detach())
-    if targets:  # one fused, converting copy instead of a kernel per tensor
+    if targets:
         torch._foreach_copy_(targets, sources)
 
 
 def master_params_to_model_params(
-    model_params: Sequence[torch.Tensor],
-    master_params: Sequence[torch.Tensor],
-    flat_master: bool = False,
+    model_params: Sequence[torch.Tensor], master_params: Sequence[torch.Tensor]
 ) -> None:
     """Copy the FP32 master weights back into the model's parameters (rounding to their dtype).
 
     Parameters
     ----------
-    model_params : sequence of torch.Tensor
-        The model's parameters, overwritten in place (the first list of
-        :func:`prep_param_lists`).
-    master_params : sequence of torch.Tensor
-        The FP32 master weights to copy from (its second list).
-    flat_master : bool, optional
-        Whether ``master_params`` holds one flat tensor for all the parameters.
+    model_params, master_params : sequence of torch.Tensor
+        As returned by :func:`prep_param_lists`; ``model_params`` are overwritten in place.
 
     Raises
     ------
     TypeError
-        If an argument is not a sequence of tensors, or ``flat_master`` not a bool.
+        If an argument is not a sequence of tensors.
     ValueError
-        If the two lists do not fit each other (count, shapes, or the flat tensor's size).
+        If the two lists differ in count or shapes.
     """
-    _check_copies(model_params, master_params, flat_master)
-    _masters_to_model(model_params, master_params, flat_master)
+    _check_copies(model_params, master_params)
+    _masters_to_model(model_params, master_params)
 
 
 @torch.no_grad()
 def _masters_to_model(
-    model_params: Sequence[torch.Tensor], master_params: Sequence[torch.Tensor], flat: bool
+    model_params: Sequence[torch.Tensor], master_params: Sequence[torch.Tensor]
 ) -> None:
-    if flat:
-        pieces = _unflatten_dense_tensors(master_params[0].detach(), list(model_params))
-        for model, piece in zip(model_params, pieces, strict=True):
-            model.copy_(piece)
-        return
+    """Copy the masters into the model's parameters in one fused copy."""
     torch._foreach_copy_(list(model_params), [m.detach() for m in master_params])
+
+
+def gradient_stats(
+    model: nn.Module | Iterable[torch.Tensor], fmt: Any = "fp16"
+) -> gradients.GradientStats:
+    """Measure the gradients now in a model's ``.grad`` against a format.
+
+    The PyTorch side of :func:`mptutor.gradients.gradient_stats`; each gradient is copied to the
+    host in FP32 and counted there.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or iterable of torch.Tensor
+        The model, or its parameters; parameters without a gradient are left out.
+    fmt : str or dtype, optional
+        A format :func:`mptutor.formats.get` knows (``"fp16"``, ``torch.bfloat16``, ...).
+
+    Returns
+    -------
+    mptutor.gradients.GradientStats
+        Counts of zeros, infs/NaNs, values ``fmt`` would flush or overflow, and the exponents.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is neither a module nor an iterable of tensors.
+    ValueError
+        If ``fmt`` is not a known format.
+    """
+    params = _tensors(model, "model")
+    grads = [p.grad.detach().float().cpu().numpy() for p in params if p.grad is not None]
+    return gradients.gradient_stats(grads, fmt)
 
 
 class MasterWeightOptimizer:
     """Train an FP16 (or BF16) model with FP32 master weights, loss scaling and skipped steps.
 
-    The optimizer updates FP32 copies of the weights; the model keeps low-precision copies for
-    the forward and backward passes. Each step: copy the model's gradients to the FP32 masters,
-    unscale them and look for inf/NaN in one fused kernel
-    (``torch._amp_foreach_non_finite_check_and_unscale_``), read that one flag on the host,
-    skip the step if it is set, otherwise clip (if asked), step the optimizer and copy the
-    masters back into the model. The loss scaler then adjusts the scale.
+    Each step copies the model's gradients to the FP32 masters, unscales them and looks for
+    inf/NaN in one fused kernel, reads that one flag on the host, and either skips the update or
+    clips (if asked), steps the optimizer and copies the masters back into the model. The loss
+    scaler then adjusts the scale.
 
     Parameters
     ----------
     optimizer : callable or torch.optim.Optimizer
-        Either a factory that takes the list of FP32 master parameters and returns an
-        optimizer over them (``lambda params: torch.optim.SGD(params, lr=0.1)``), or an
-        optimizer built on the model's parameters with no state yet; its parameters are swapped
-        for the masters.
+        A factory that takes the list of FP32 master parameters and returns an optimizer over
+        them (``lambda params: torch.optim.SGD(params, lr=0.1)``), or an optimizer built on the
+        model's parameters with no state yet (its parameters are swapped for the masters).
     model : torch.nn.Module
         The model; at least one trainable parameter must be FP16 or BF16.
     loss_scaler : mptutor.scaling.LossScaler, optional
-        Decides the scale (a :class:`~mptutor.scaling.DynamicLossScaler`,
-        :class:`~mptutor.scaling.StaticLossScaler` or anything with their protocol); a
-        ``DynamicLossScaler`` with PyTorch's defaults and a floor of 1 when omitted. Several
-        optimizers may share one scaler: step them together with :meth:`step_all`.
+        Decides the scale; by default a :class:`~mptutor.scaling.DynamicLossScaler`. Optimizers
+        that share one scaler are stepped together with :meth:`step_all`.
     clip_norm : float, optional
         Clip the global norm of the unscaled FP32 gradients to this value before each step.
-    flat_master : bool, optional
-        Keep the master weights as one flat FP32 tensor.
 
     Raises
     ------
     TypeError
-        If ``model`` is not a module, ``optimizer`` is neither callable nor an optimizer or the
-        factory returns something else, ``loss_scaler`` is not a loss scaler (a number is
-        not: pass ``StaticLossScaler(128.0)``), or ``flat_master`` is not a bool.
+        If ``model`` is not a module, ``optimizer`` is neither an optimizer nor a factory of
+        one, or ``loss_scaler`` is not a loss scaler (a number is not).
     ValueError
-        If the model has no trainable parameter, all of them are FP32 (nothing to keep a
-        master copy of: convert with :func:`mptutor.torch.network_to_half`, or use
-        ``torch.autocast``), ``clip_norm`` is not a positive finite number, the optimizer
-        already has state or holds tensors that are not the model's parameters, the factory
-        built its optimizer on tensors other than the master parameters it was given, or the
-        scaler's floor is below ``2**-126`` (its reciprocal would overflow float32).
+        If the model has no FP16/BF16 trainable parameter, ``clip_norm`` is not a positive
+        finite number, the optimizer already has state or holds other tensors, the factory
+        ignored its argument, or the scaler's floor is below ``2**-126``.
 
     Examples
     --------
@@ -275,7 +298,6 @@ class MasterWeightOptimizer:
         model: nn.Module,
         loss_scaler: LossScaler | None = None,
         clip_norm: float | None = None,
-        flat_master: bool = False,
     ) -> None:
         check_type(model, "model", nn.Module, "a torch.nn.Module")
         if loss_scaler is None:
@@ -287,20 +309,18 @@ class MasterWeightOptimizer:
                 f"the loss scaler's min_scale={floor!r} is below 2**-126: the gradients are "
                 "unscaled by float32(1 / scale), which overflows there; use a higher floor"
             )
-        clip_norm = optional_positive("clip_norm", clip_norm)
+        self.clip_norm = optional_positive("clip_norm", clip_norm)
         model_params = _trainable(model)
-        if not any(p.dtype in LOW_PRECISION_DTYPES for p in model_params):
+        if not any(p.dtype in (torch.float16, torch.bfloat16) for p in model_params):
             dtypes = sorted({str(p.dtype) for p in model_params})
             raise ValueError(
                 f"the model's trainable parameters are {', '.join(dtypes)}; MasterWeightOptimizer "
                 "keeps FP32 master copies of float16/bfloat16 weights, so convert the model first "
                 "(mptutor.torch.network_to_half(model)) or train it in FP32 with torch.autocast"
             )
-        self.model_params, self.master_params = prep_param_lists(model_params, flat_master)
+        self.model_params, self.master_params = prep_param_lists(model_params)
         self.model = model
-        self.flat_master = flat_master
         self.loss_scaler: LossScaler = loss_scaler
-        self.clip_norm = clip_norm
         self.optimizer = self._attach(optimizer)
         device = self.master_params[0].device
         self._found_inf = torch.zeros(1, device=device)
@@ -308,17 +328,13 @@ class MasterWeightOptimizer:
         self._scaler_steps = loss_scaler.history.steps  # to notice a scaler updated elsewhere
 
     def _attach(self, optimizer: OptimizerOrFactory) -> torch.optim.Optimizer:
+        """Return the optimizer over the master parameters, built or swapped in."""
         if isinstance(optimizer, torch.optim.Optimizer):
             if optimizer.state:
                 raise ValueError(
                     "the optimizer already has state; pass a fresh optimizer or a factory"
                 )
-            if self.flat_master:
-                raise ValueError("flat_master needs an optimizer factory, not an optimizer")
-            swap = {
-                id(m): master
-                for m, master in zip(self.model_params, self.master_params, strict=True)
-            }
+            swap = dict(zip(map(id, self.model_params), self.master_params, strict=True))
             held = [p for group in optimizer.param_groups for p in group["params"]]
             missing = [p for p in held if id(p) not in swap]
             if missing:  # checked for every group before any group is changed
@@ -374,7 +390,7 @@ class MasterWeightOptimizer:
         TypeError
             If ``loss`` is not a tensor.
         ValueError
-            If it has more than one element (reduce it first, e.g. with ``.mean()``).
+            If it has more than one element.
         """
         check_type(loss, "loss", torch.Tensor, "a torch.Tensor with one element")
         if loss.numel() != 1:
@@ -385,26 +401,11 @@ class MasterWeightOptimizer:
         return loss.float() * self.loss_scaler.scale
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Back-propagate the scaled loss into the model's gradients.
-
-        Parameters
-        ----------
-        loss : torch.Tensor
-            A loss with one element (not yet scaled).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :meth:`scale_loss`.
-        """
+        """Back-propagate the scaled loss into the model's gradients (see :meth:`scale_loss`)."""
         self.scale_loss(loss).backward()
 
     def zero_grad(self) -> None:
-        """Clear the model's gradients.
-
-        The master weights keep their FP32 gradient buffers, which the next :meth:`step`
-        overwrites; keeping them saves an allocation per parameter and step.
-        """
+        """Clear the model's gradients (the masters keep their FP32 buffers for the next step)."""
         for p in self.model_params:
             p.grad = None
 
@@ -414,16 +415,15 @@ class MasterWeightOptimizer:
         Returns
         -------
         bool
-            ``True`` if the update was applied, ``False`` if it was skipped because a
-            gradient was inf or NaN (or the scaler said so). Gradients are cleared either way.
+            ``True`` if the update was applied, ``False`` if it was skipped (a gradient was inf
+            or NaN). Gradients are cleared either way.
 
         Raises
         ------
         RuntimeError
-            Before anything changes: if no parameter has a gradient (call :meth:`backward`
-            first; ``GradScaler.step`` refuses the same), if the loss scaler was updated
-            elsewhere since this optimizer's last step (a scaler shared with another
-            optimizer: use :meth:`step_all`), or if ``1 / scale`` overflows float32.
+            Before anything changes: if no parameter has a gradient, the loss scaler was
+            updated elsewhere since this optimizer's last step (use :meth:`step_all`), or
+            ``1 / scale`` overflows float32.
         """
         return MasterWeightOptimizer.step_all(self)[0]
 
@@ -431,10 +431,8 @@ class MasterWeightOptimizer:
     def step_all(*optimizers: MasterWeightOptimizer) -> list[bool]:
         """Step several optimizers that share one loss scaler, updating the scale once.
 
-        As ``torch.amp.GradScaler`` with several optimizers: each optimizer's gradients are
-        unscaled by the same scale and checked; each optimizer steps unless its own gradients
-        hold inf or NaN; then the scaler is updated once, with an overflow if any optimizer
-        found one. One host sync in all.
+        As ``torch.amp.GradScaler`` with several optimizers: each steps unless its own
+        gradients hold inf or NaN; the scaler sees an overflow if any found one. One host sync.
 
         Parameters
         ----------
@@ -484,7 +482,7 @@ class MasterWeightOptimizer:
         for opt in optimizers:
             opt._unscale(1.0 / scale)
         flags = [o._found_inf.to(optimizers[0]._found_inf.device) for o in optimizers]
-        found = (flags[0] if len(flags) == 1 else torch.cat(flags)).tolist()  # one host sync
+        found = torch.cat(flags).tolist()  # one host sync
         took = scaler.update(any(found))
         takes = [not f and (took or any(found)) for f in found]
         for opt, take in zip(optimizers, takes, strict=True):
@@ -495,7 +493,8 @@ class MasterWeightOptimizer:
         return takes
 
     def _unscale(self, inv_scale: float) -> None:
-        _grads_to_masters(self.model_params, self.master_params, self.flat_master)
+        """Copy the gradients to the masters, unscale them and set the inf/NaN flag."""
+        _grads_to_masters(self.model_params, self.master_params)
         grads = [p.grad for p in self.master_params if p.grad is not None]
         self._found_inf.zero_()
         self._inv_scale.fill_(inv_scale)
@@ -505,10 +504,11 @@ class MasterWeightOptimizer:
             )
 
     def _apply(self) -> None:
+        """Clip, step the optimizer and copy the masters into the model."""
         if self.clip_norm is not None:
             nn.utils.clip_grad_norm_(self.master_params, self.clip_norm, foreach=True)
         self.optimizer.step()
-        _masters_to_model(self.model_params, self.master_params, self.flat_master)
+        _masters_to_model(self.model_params, self.master_params)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume bit-exactly: master weights, optimizer and scaler state.
@@ -516,8 +516,8 @@ class MasterWeightOptimizer:
         Returns
         -------
         dict
-            ``{"master_params", "optimizer", "optimizer_type", "loss_scaler", "flat_master"}``;
-            the FP16 model weights are not saved, they are recomputed from the masters.
+            ``{"master_params", "optimizer", "optimizer_type", "loss_scaler"}``; the FP16
+            weights are not saved, they are recomputed from the masters.
         """
         kind = type(self.optimizer)
         return {
@@ -525,7 +525,6 @@ class MasterWeightOptimizer:
             "optimizer": self.optimizer.state_dict(),
             "optimizer_type": f"{kind.__module__}.{kind.__qualname__}",
             "loss_scaler": self.loss_scaler.state_dict(),
-            "flat_master": self.flat_master,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -537,36 +536,25 @@ class MasterWeightOptimizer:
         Parameters
         ----------
         state : dict
-            From :meth:`state_dict` (one saved without ``optimizer_type`` loads too).
+            From :meth:`state_dict`.
 
         Raises
         ------
         ValueError
-            If the state does not fit this optimizer: keys, ``flat_master``, the count, shapes
-            or dtype of the master weights, a non-finite master weight, an optimizer of another
-            type or with other parameter groups, or a scaler state its scaler refuses.
+            If the state does not fit this optimizer: its keys, the master weights' count, shapes,
+            dtype or finiteness, the optimizer's type or parameter groups, or the scaler's state.
         """
-        if not isinstance(state, Mapping) or not _KEYS <= set(state):
+        if not isinstance(state, Mapping) or set(state) != _KEYS:
             have = sorted(map(str, state)) if isinstance(state, Mapping) else type(state).__name__
             raise ValueError(
-                f"not a MasterWeightOptimizer state: need keys {sorted(_KEYS)} (and optionally "
-                f"'optimizer_type'), got {have}"
-            )
-        unknown = set(state) - _KEYS - {"optimizer_type"}
-        if unknown:
-            raise ValueError(
-                f"not a MasterWeightOptimizer state: unexpected keys {sorted(unknown)}"
-            )
-        if state["flat_master"] is not self.flat_master:
-            raise ValueError(
-                f"state has flat_master={state['flat_master']!r}, this optimizer {self.flat_master}"
+                f"not a MasterWeightOptimizer state: need keys {sorted(_KEYS)}, got {have}"
             )
         saved = state["master_params"]
-        shapes = [tuple(p.shape) for p in self.master_params]
         if not isinstance(saved, (list, tuple)) or not all(
             isinstance(p, torch.Tensor) for p in saved
         ):
             raise ValueError(f"state['master_params'] must be a list of tensors, got {saved!r:.80}")
+        shapes = [tuple(p.shape) for p in self.master_params]
         if [tuple(p.shape) for p in saved] != shapes:
             raise ValueError(
                 f"master weight shapes differ: saved {[tuple(p.shape) for p in saved]}, "
@@ -578,52 +566,27 @@ class MasterWeightOptimizer:
                     f"state['master_params'][{i}] must be finite float32, got {p.dtype}"
                     + ("" if p.dtype != torch.float32 else " holding inf or NaN")
                 )
-        self._check_optimizer_state(state["optimizer"], state.get("optimizer_type"))
+        kind = type(self.optimizer)
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        if state["optimizer_type"] != name:
+            raise ValueError(
+                f"the state was saved from a {state['optimizer_type']}, this optimizer is a {name}"
+            )
         trial = copy.deepcopy(self.loss_scaler)  # the scaler checks its state: try it on a copy
         try:
             trial.load_state_dict(state["loss_scaler"])
         except (TypeError, ValueError, KeyError) as exc:
             raise ValueError(f"state['loss_scaler'] does not fit this scaler: {exc}") from exc
-        self.optimizer.load_state_dict(state["optimizer"])  # torch checks before it changes
+        try:  # torch checks the groups before it changes anything
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise ValueError(f"state['optimizer'] does not fit this optimizer: {exc}") from exc
         self.loss_scaler.load_state_dict(state["loss_scaler"])
         self._scaler_steps = self.loss_scaler.history.steps
         with torch.no_grad():
             for master, value in zip(self.master_params, saved, strict=True):
                 master.copy_(value)
-        _masters_to_model(self.model_params, self.master_params, self.flat_master)
-
-    def _check_optimizer_state(self, saved: Any, saved_type: Any) -> None:
-        kind = type(self.optimizer)
-        name = f"{kind.__module__}.{kind.__qualname__}"
-        if saved_type is not None and saved_type != name:
-            raise ValueError(f"the state was saved from a {saved_type}, this optimizer is a {name}")
-        if not isinstance(saved, Mapping) or set(saved) != {"state", "param_groups"}:
-            raise ValueError("state['optimizer'] must be an optimizer's state_dict()")
-        groups, ours = saved["param_groups"], self.optimizer.param_groups
-        if not isinstance(groups, list) or len(groups) != len(ours):
-            count = len(groups) if isinstance(groups, list) else type(groups).__name__
-            raise ValueError(
-                f"the saved optimizer has {count} parameter groups, this one {len(ours)}"
-            )
-        # A state saved without its type: settings that other torch.optim optimizers take and
-        # this one does not (an older torch may have fewer; LR schedulers add others) betray it.
-        others = {
-            arg
-            for cls in vars(torch.optim).values()
-            if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)
-            for arg in inspect.signature(cls).parameters
-        }
-        for i, (group, own) in enumerate(zip(groups, ours, strict=True)):
-            if not isinstance(group, Mapping) or len(group.get("params", ())) != len(own["params"]):
-                raise ValueError(
-                    f"saved parameter group {i} does not hold {len(own['params'])} tensors"
-                )
-            alien = sorted((set(group) - set(own)) & others)
-            if saved_type is None and alien:
-                raise ValueError(
-                    f"saved parameter group {i} has settings {alien} that this {name} does not "
-                    "take: the state was saved from another kind of optimizer"
-                )
+        _masters_to_model(self.model_params, self.master_params)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write a checkpoint atomically: a crash never leaves a half-written file at ``path``.
@@ -661,15 +624,13 @@ class MasterWeightOptimizer:
         FileNotFoundError
             If there is no such file.
         ValueError
-            If it is not a readable checkpoint, or does not fit this optimizer (see
-            :meth:`load_state_dict`); the message names the file.
+            If it is not a readable checkpoint or does not fit (see :meth:`load_state_dict`).
         """
         check_type(path, "path", (str, os.PathLike), "a str or path-like file name")
         if not Path(path).is_file():
             raise FileNotFoundError(f"no checkpoint at {path}")
-        device = self.master_params[0].device
         try:
-            state = torch.load(path, map_location=device, weights_only=True)
+            state = torch.load(path, map_location=self.master_params[0].device, weights_only=True)
         except OSError:
             raise  # names the file already
         except Exception as exc:  # noqa: BLE001 - a corrupt file fails in many ways inside torch

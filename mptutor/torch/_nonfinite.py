@@ -1,14 +1,4 @@
-"""Where the first inf or NaN of a forward and backward pass appears, module by module.
-
-Used through :mod:`mptutor.torch`::
-
-    from mptutor import torch as mpt
-
-    record = mpt.find_nonfinite(model, x, loss_fn=lambda out: F.cross_entropy(out.float(), y))
-    print(record)                     # None when every activation and gradient is finite
-
-It works on any ``torch.nn.Module``, on a CPU and on a GPU.
-"""
+"""Where the first inf or NaN of a forward and backward pass appears, module by module."""
 
 from __future__ import annotations
 
@@ -20,40 +10,14 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["NonFiniteRecord", "find_nonfinite"]
+__all__ = ["find_nonfinite"]
 
-#: The name :func:`find_nonfinite` gives the loss function in its records.
-LOSS_NAME = "<loss_fn>"
+_LOSS = "<loss_fn>"  # the name the loss function gets in a record
 
 
 @dataclass(frozen=True)
-class NonFiniteRecord:
-    """Where the first inf or NaN appeared, as :func:`find_nonfinite` found it.
-
-    Attributes
-    ----------
-    module : str
-        Qualified name of the module, as in ``model.named_modules()`` (``"0"``,
-        ``"layer1.0.conv2"``); ``""`` for the model's own forward code, ``"<loss_fn>"`` for
-        the loss function.
-    module_type : str
-        The module's class name (``"loss_fn"`` for the loss function).
-    phase : str
-        ``"forward"`` or ``"backward"``.
-    dtype : torch.dtype
-        Dtype of the tensor that holds the first inf/NaN.
-    op : str or None
-        In the backward pass, the autograd operation that produced it (``"SqrtBackward0"``);
-        ``None`` in the forward pass.
-    n_inf, n_nan, numel : int
-        How many values of the offending tensors are infinite, NaN, and how many there are.
-    largest_finite : float
-        The largest finite magnitude among the tensors that went in and came out there (the
-        module's inputs and outputs; the operation's incoming and outgoing gradients); NaN if
-        none is finite.
-    detail : str
-        What exactly held the inf/NaN, in words.
-    """
+class _Record:
+    """Where the first inf or NaN appeared; ``str()`` says it in one sentence."""
 
     module: str
     module_type: str
@@ -67,7 +31,7 @@ class NonFiniteRecord:
     detail: str
 
     def __str__(self) -> str:
-        if self.module == LOSS_NAME:
+        if self.module == _LOSS:
             where = "the loss function"
         elif self.module == "":
             where = f"the model's own forward code ({self.module_type})"
@@ -97,12 +61,14 @@ def _float_tensors(obj: Any) -> list[torch.Tensor]:
 
 
 def _counts(tensors: list[torch.Tensor]) -> tuple[int, int, int]:
+    """Return the number of infs, of NaNs and of values."""
     n_inf = sum(int(torch.isinf(t).sum()) for t in tensors)
     n_nan = sum(int(torch.isnan(t).sum()) for t in tensors)
     return n_inf, n_nan, sum(t.numel() for t in tensors)
 
 
 def _largest_finite(tensors: list[torch.Tensor]) -> float:
+    """Return the largest finite magnitude, NaN if there is none."""
     best = -math.inf
     for t in tensors:
         finite = t.detach()[torch.isfinite(t.detach())]
@@ -112,13 +78,12 @@ def _largest_finite(tensors: list[torch.Tensor]) -> float:
 
 
 def _has_nonfinite(tensors: list[torch.Tensor]) -> bool:
+    """Whether any tensor holds an inf or NaN."""
     return any(not bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def _next_sequence_nr() -> int:
-    # Autograd numbers its nodes in the order they are created (per thread). The number of a
-    # throw-away node marks "now", so that each node can later be traced to the module whose
-    # forward created it.
+    """Mark "now" in autograd's numbering of nodes (a throw-away node's number)."""
     with torch.enable_grad():
         probe = torch.zeros((), requires_grad=True)
         return (probe * 1).grad_fn._sequence_nr()
@@ -133,8 +98,7 @@ class _Search:
         self.track_nodes = track_nodes
         self.stack: list[tuple[nn.Module, int]] = []
         self.calls: list[tuple[int, int, nn.Module]] = []  # (first, last sequence nr, module)
-        self.root = model
-        self.record: NonFiniteRecord | None = None
+        self.record: _Record | None = None
 
     def _found(
         self,
@@ -145,38 +109,26 @@ class _Search:
         op: str | None,
         detail: str,
     ) -> None:
-        n_inf, n_nan, numel = _counts(bad)
-        self.record = NonFiniteRecord(
-            module=LOSS_NAME if module is None else self.names[module],
-            module_type="loss_fn" if module is None else self.types[module],
-            phase=phase,
-            dtype=next(t.dtype for t in bad if not bool(torch.isfinite(t).all())),
-            op=op,
-            n_inf=n_inf,
-            n_nan=n_nan,
-            numel=numel,
-            largest_finite=_largest_finite(around),
-            detail=detail,
-        )
+        """Keep the first finding."""
+        name = _LOSS if module is None else self.names[module]
+        kind = "loss_fn" if module is None else self.types[module]
+        dtype = next(t.dtype for t in bad if not bool(torch.isfinite(t).all()))
+        largest = _largest_finite(around)
+        self.record = _Record(name, kind, phase, dtype, op, *_counts(bad), largest, detail)
 
-    # forward hooks
     def pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Blame inf/NaN in a module's inputs on its parent; push the module."""
         inputs = _float_tensors((args, kwargs))
         if self.record is None and self.stack and _has_nonfinite(inputs):
             parent = self.stack[-1][0]
-            self._found(
-                parent,
-                "forward",
-                inputs,
-                inputs,
-                None,
-                f"computed between its submodules, the input of "
-                f"'{self.names[module]}' ({self.types[module]})",
-            )
+            where = f"'{self.names[module]}' ({self.types[module]})"
+            detail = f"computed between its submodules, the input of {where}"
+            self._found(parent, "forward", inputs, inputs, None, detail)
         start = _next_sequence_nr() if self.track_nodes else 0
         self.stack.append((module, start))
 
     def post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        """Pop the module, note the nodes its forward created, check its output."""
         if not self.stack or self.stack[-1][0] is not module:
             return  # the forward raised inside a submodule; nothing to attribute
         _, start = self.stack.pop()
@@ -185,49 +137,34 @@ class _Search:
         if self.record is None:
             outputs = _float_tensors(output)
             if _has_nonfinite(outputs):
-                self._found(
-                    module,
-                    "forward",
-                    outputs,
-                    _float_tensors((args, kwargs)) + outputs,
-                    None,
-                    "its output",
-                )
+                around = _float_tensors((args, kwargs)) + outputs
+                self._found(module, "forward", outputs, around, None, "its output")
 
-    # backward
     def owner(self, sequence_nr: int) -> nn.Module | None:
+        """Return the innermost module whose forward created the node."""
         inner = [(start, m) for start, end, m in self.calls if start < sequence_nr < end]
         return max(inner, key=lambda c: c[0])[1] if inner else None
 
     def node_hook(self, node: Any) -> Callable[[tuple, tuple], None]:
+        """Return a hook that checks the gradients flowing into and out of ``node``."""
+
         def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
             if self.record is not None:
                 return
             incoming, produced = _float_tensors(grad_outputs), _float_tensors(grad_inputs)
             module = self.owner(node._sequence_nr())
             if _has_nonfinite(incoming):
-                self._found(
-                    module,
-                    "backward",
-                    incoming,
-                    incoming + produced,
-                    node.name(),
-                    "the sum of the gradients that flow into this operation",
-                )
+                detail = "the sum of the gradients that flow into this operation"
+                self._found(module, "backward", incoming, incoming + produced, node.name(), detail)
             elif _has_nonfinite(produced):
-                self._found(
-                    module,
-                    "backward",
-                    produced,
-                    incoming + produced,
-                    node.name(),
-                    "the gradient this operation computes",
-                )
+                detail = "the gradient this operation computes"
+                self._found(module, "backward", produced, incoming + produced, node.name(), detail)
 
         return hook
 
 
 def _graph_nodes(root: Any, first_sequence_nr: int) -> Iterator[Any]:
+    """Yield the autograd nodes the model's forward created (no accumulators)."""
     seen: set[int] = set()
     todo = [root]
     while todo:
@@ -245,42 +182,40 @@ def find_nonfinite(
     model: nn.Module,
     *inputs: Any,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
-) -> NonFiniteRecord | None:
+) -> _Record | None:
     """Run the model with hooks and report the first place that produced an inf or NaN.
 
-    The forward pass runs with hooks on every module; with ``loss_fn`` the loss is computed from
-    the model's output and differentiated (with :func:`torch.autograd.grad`, so no ``.grad`` is
-    touched) with a hook on every autograd operation. The first module whose output holds an
-    inf/NaN (or, in the backward pass, the first operation whose computed gradient does) is
-    reported. Values computed in a module's forward between its submodules are blamed on that
-    module. Intended infinities, such as attention masks filled with ``-inf``, are reported too.
-
-    Hooks are removed afterwards, also when the forward raises; parameters, gradients,
-    buffers (BatchNorm statistics) and the training mode are left as they were.
+    Hooks on every module watch the forward pass; with ``loss_fn`` the loss is differentiated
+    (:func:`torch.autograd.grad`: no ``.grad`` is touched) with a hook on every autograd
+    operation. Values computed in a module's forward between its submodules are blamed on that
+    module; intended infinities (``-inf`` attention masks) are reported too. Afterwards, also
+    when the forward raises, the hooks are gone and the buffers are as they were.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The model, in the mode (train/eval) and dtype you want to examine.
+        The model, in the mode (train/eval) and dtype to examine.
     *inputs : object
-        The model's positional inputs (tensors or nested structures of tensors), on its device.
+        The model's positional inputs (tensors or nested structures of them), on its device.
     loss_fn : callable, optional
-        Maps the model's output to a scalar loss tensor, e.g.
-        ``lambda out: F.cross_entropy(out.float(), y)``. Without it only the forward pass runs.
+        Maps the model's output to a scalar loss tensor; without it only the forward pass runs.
 
     Returns
     -------
-    NonFiniteRecord or None
-        ``None`` when every activation (and gradient) was finite.
+    record or None
+        ``None`` when every activation (and gradient) was finite; else a record that prints as
+        one sentence, with ``module`` (its qualified name, ``""`` for the model's own forward
+        code, ``"<loss_fn>"``), ``module_type``, ``phase`` (``"forward"`` or ``"backward"``),
+        ``dtype``, ``op`` (the autograd operation, backward only), ``n_inf``, ``n_nan``,
+        ``numel``, ``largest_finite`` (the largest finite magnitude going in and out there) and
+        ``detail``.
 
     Raises
     ------
     TypeError
-        If ``model`` is not a ``torch.nn.Module``, ``loss_fn`` is not callable, or it returns
-        something other than a tensor.
+        If ``model`` is not a module, ``loss_fn`` not callable or it returns no tensor.
     ValueError
-        If an input already holds inf/NaN, or the loss is not a scalar that depends on
-        something that requires a gradient.
+        If an input already holds inf/NaN, or the loss is not a scalar that requires a gradient.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -322,14 +257,8 @@ def find_nonfinite(
                 "has requires_grad=True, so there is no backward pass to examine"
             )
         if not bool(torch.isfinite(loss).all()):
-            search._found(
-                None,
-                "forward",
-                [loss],
-                _float_tensors(output) + [loss],
-                None,
-                "the loss it returns",
-            )
+            around = _float_tensors(output) + [loss]
+            search._found(None, "forward", [loss], around, None, "the loss it returns")
             return search.record
         for node in _graph_nodes(loss.grad_fn, first):
             handles.append(node.register_hook(search.node_hook(node)))

@@ -1,0 +1,228 @@
+"""Tensor Cores: which CUDA kernels of a call ran on them, which layer sizes keep GEMMs off them.
+
+:func:`tensor_core_kernels` and :func:`count_host_syncs` need a CUDA GPU and say so on a CPU;
+kernel names are judged by the framework-free :func:`mptutor.kernels.is_tensor_core_kernel`.
+:func:`tensor_core_audit` reads only the modules' sizes, so it works on any device.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from inspect import signature
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from mptutor._checks import check_scalar
+from mptutor.kernels import is_tensor_core_kernel
+from mptutor.table import Table
+
+__all__ = ["tensor_core_kernels", "count_host_syncs", "tensor_core_audit"]
+
+_MULTIPLE = 8  # cuBLAS/cuDNN reach the Tensor Core peak when FP16/BF16 GEMM sizes are multiples
+_VOCABULARY = 1000  # sizes at least this large are named vocabulary-sized
+
+
+class _Kernel(NamedTuple):
+    """One CUDA kernel: its name, launches, device time (us) and Tensor Core verdict."""
+
+    name: str
+    calls: int
+    cuda_time_us: float
+    tensor_core: bool
+
+
+def _kernels(events: Iterable[Any]) -> list[_Kernel]:
+    """Sum profiler events into one record per CUDA kernel, by descending device time."""
+    totals: dict[str, list[float]] = {}
+    for event in events:
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        entry = totals.setdefault(event.name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += event.device_time_total
+    records = [
+        _Kernel(name, calls, float(us), is_tensor_core_kernel(name))
+        for name, (calls, us) in totals.items()
+        if not name.startswith(("Memcpy", "Memset", "[memory]"))
+    ]
+    return sorted(records, key=lambda r: -r.cuda_time_us)
+
+
+def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[_Kernel]:
+    """Run ``fn`` under the PyTorch profiler and list the CUDA kernels it launched.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no arguments; it should launch the GPU work to inspect.
+    warmup : int, optional
+        Unprofiled calls first (cuDNN autotuning and lazy initialisation are not profiled).
+
+    Returns
+    -------
+    list of named tuples
+        ``(name, calls, cuda_time_us, tensor_core)`` per kernel, by descending device time.
+
+    Raises
+    ------
+    RuntimeError
+        If no CUDA GPU is available: Tensor Cores exist only there.
+    TypeError, ValueError
+        If ``warmup`` is not an integer of at least 0.
+    """
+    warmup = check_scalar(warmup, "warmup", int, min_val=0)
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "tensor_core_kernels needs a CUDA GPU: Tensor Cores are GPU units, and a CPU run "
+            "launches no CUDA kernels to inspect"
+        )
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # With acc_events=False (the default) PyTorch 2.11 and later warn once that events are
+    # cleared after each cycle, a warning that tests turn into an error.
+    options = {"acc_events": True} if "acc_events" in signature(profile).parameters else {}
+    with profile(activities=[ProfilerActivity.CUDA], **options) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return _kernels(prof.events())
+
+
+def count_host_syncs(fn: Callable[[], Any]) -> int:
+    """Count the times ``fn`` makes the host wait for the GPU (``torch.cuda.set_sync_debug_mode``).
+
+    Parameters
+    ----------
+    fn : callable
+        Called once with no arguments, after the device has been synchronised.
+
+    Returns
+    -------
+    int
+        The synchronising calls PyTorch reported (``.item()``, ``.cpu()``, ...).
+
+    Raises
+    ------
+    RuntimeError
+        If no CUDA GPU is available.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("count_host_syncs needs a CUDA GPU: a CPU run has no device to wait for")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+class _ShapeIssue(NamedTuple):
+    """One layer size off the Tensor Core fast path, and the padded size that fixes it."""
+
+    module: str
+    layer: str
+    setting: str
+    size: int
+    pad_to: int
+    reason: str
+
+
+class _Audit(list):
+    """The issues of :func:`tensor_core_audit`, shown as a table."""
+
+    _NONE = "no layer with a size off the Tensor Core fast path"
+
+    def table(self) -> Table:
+        """Return the issues as a :class:`mptutor.table.Table`."""
+        names = ("module", "layer", "setting", "size", "pad to", "reason")
+        return Table(dict(zip(names, issue, strict=True)) for issue in self)
+
+    def __repr__(self) -> str:
+        return repr(self.table()) if self else self._NONE
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_() if self else f"<p>{self._NONE}</p>"
+
+
+def _sizes(module: nn.Module) -> list[tuple[str, int, str]]:
+    """Return (setting, size, what it is) for the GEMM dimensions a layer fixes."""
+    if isinstance(module, nn.Linear):
+        return [
+            ("in_features", module.in_features, "a GEMM dimension (K)"),
+            ("out_features", module.out_features, "a GEMM dimension (N)"),
+        ]
+    if isinstance(module, nn.modules.conv._ConvNd):
+        groups = module.groups
+        if groups > 1 and groups == module.in_channels:
+            return []  # depthwise: not a matrix product
+        per_group = " per group" if groups > 1 else ""
+        return [
+            ("in_channels", module.in_channels // groups, "input channels" + per_group),
+            ("out_channels", module.out_channels // groups, "output channels" + per_group),
+        ]
+    if isinstance(module, nn.MultiheadAttention):
+        return [
+            ("embed_dim", module.embed_dim, "a GEMM dimension of every projection"),
+            ("head_dim", module.head_dim, "the attention GEMMs' inner dimension"),
+        ]
+    if isinstance(module, nn.RNNBase):
+        return [
+            ("input_size", module.input_size, "a GEMM dimension of the input projection"),
+            ("hidden_size", module.hidden_size, "a GEMM dimension of every step"),
+        ]
+    if isinstance(module, nn.Embedding):
+        return [("num_embeddings", module.num_embeddings, "vocabulary")]
+    return []
+
+
+def tensor_core_audit(model: nn.Module) -> _Audit:
+    """List the layers whose sizes keep FP16/BF16 GEMMs off the Tensor Core fast path.
+
+    cuBLAS and cuDNN reach their Tensor Core peak when every GEMM dimension is a multiple of 8
+    for FP16/BF16: ``Linear`` features, convolution channels (per group), attention and
+    recurrent sizes. ``Linear`` outputs and ``Embedding`` rows of 1000 or more are named
+    vocabulary-sized: padding a vocabulary with unused entries is free. Nothing runs.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Any model, on any device.
+
+    Returns
+    -------
+    list of named tuples
+        ``(module, layer, setting, size, pad_to, reason)`` per size at fault, in module order;
+        the list prints as a table (``.table()`` gives the :class:`mptutor.table.Table`).
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not a ``torch.nn.Module``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    issues = _Audit()
+    for name, module in model.named_modules():
+        for setting, size, what in _sizes(module):
+            if size % _MULTIPLE == 0:
+                continue
+            pad_to = -(-size // _MULTIPLE) * _MULTIPLE
+            if setting in ("out_features", "num_embeddings") and size >= _VOCABULARY:
+                reason = (
+                    f"vocabulary-sized ({size} entries), not a multiple of {_MULTIPLE}: "
+                    f"pad with {pad_to - size} unused entries"
+                )
+            elif setting == "num_embeddings":
+                continue  # a small lookup table is not a matrix product
+            else:
+                reason = f"{what}, not a multiple of {_MULTIPLE}"
+            issues.append(_ShapeIssue(name, type(module).__name__, setting, size, pad_to, reason))
+    return issues
