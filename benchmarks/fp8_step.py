@@ -44,7 +44,6 @@ import targets  # noqa: E402
 
 from mptutor import hardware  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
-from mptutor import torch_perf as tp  # noqa: E402
 
 VARIANTS = ("bf16", "fp8")
 
@@ -97,13 +96,18 @@ def measure(width: int, args: argparse.Namespace, device: torch.device) -> list[
     steps = {v: build(v, width, args, device)[1] for v in VARIANTS}
     losses = {v: [float(steps[v](x)) for _ in range(args.warmup)] for v in VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     for _ in range(args.rounds):
         for v in VARIANTS:
             for _ in range(args.iters):
-                tp.synchronize(device)
+                sync()
                 start = time.perf_counter()
                 steps[v](x)
-                tp.synchronize(device)
+                sync()
                 times[v].append(time.perf_counter() - start)
     tokens = args.batch * args.seq
     rows = []
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cpu" if args.smoke else mpt.device()))
-    gpu = tp.is_cuda(device)
+    gpu = device.type == "cuda"
     gpu_before = records.gpu_state() if gpu else None
     small = args.smoke or not gpu  # _scaled_mm on a CPU is a slow reference kernel
     args.widths = args.widths or ([32] if args.smoke else [64] if small else [2048, 4096])

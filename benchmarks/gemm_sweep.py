@@ -41,10 +41,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets 
 import records  # noqa: E402
 import targets  # noqa: E402
 
-from mptutor import hardware  # noqa: E402
+from mptutor import formats, hardware  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
 from mptutor import torch_perf as tp  # noqa: E402
 from mptutor.table import Table  # noqa: E402
+
+#: The precisions of the sweep, as :data:`mptutor.formats.PRECISIONS` names them.
+PRECISIONS = ["fp32", "tf32", "fp16", "bf16", "fp8_e4m3"]
+#: How each timing method of ``tp.time_calls`` works (the ``method`` of every row's timing).
+TIMING_METHODS = {
+    "cuda-graph": "each sample replays a CUDA graph of `inner` back-to-back calls, timed with "
+    "CUDA events; time per call = sample time / inner",
+    "cuda-events": "each sample runs `inner` back-to-back calls from the host, timed with CUDA "
+    "events (used when graph capture is turned off or fails); time per call = sample / inner",
+    "wall-clock": "each sample runs `inner` back-to-back calls, timed with time.perf_counter; "
+    "time per call = sample time / inner",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,7 +68,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument(
-        "--precisions", nargs="+", default=list(tp.PRECISIONS), choices=list(tp.PRECISIONS)
+        "--precisions",
+        nargs="+",
+        default=PRECISIONS,
+        type=formats.precision,
+        choices=PRECISIONS,
+        help=f"default: all of {' '.join(PRECISIONS)} (fp32: strict, TF32 off)",
     )
     parser.add_argument("--repeats", type=int, default=None, help="timed samples per product")
     parser.add_argument(
@@ -77,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     device = args.device or ("cpu" if args.smoke else mpt.device())
-    gpu_before = records.gpu_state() if tp.is_cuda(device) else None
-    gpu = tp.is_cuda(device)
+    gpu = torch.device(device).type == "cuda"
+    gpu_before = records.gpu_state() if gpu else None
     if args.smoke:
         sizes, repeats, min_sample_s = args.sizes or [32], args.repeats or 2, 0.001
     else:
@@ -119,10 +136,10 @@ def main(argv: list[str] | None = None) -> None:
     top = max(sizes)
     ratios = {}
     for num, den in (
-        ("fp16", "fp32-strict"),
+        ("fp16", "fp32"),
         ("fp16", "tf32"),
-        ("bf16", "fp32-strict"),
-        ("fp8-e4m3", "fp16"),
+        ("bf16", "fp32"),
+        ("fp8_e4m3", "fp16"),
     ):
         if (num, top) in tflops and (den, top) in tflops:
             ratios[f"{num}/{den}"] = tflops[(num, top)] / tflops[(den, top)]
@@ -133,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         "precisions": args.precisions,
         "repeats": repeats,
         "min_sample_s": min_sample_s,
-        "timing_methods": {m: tp.TIMING_METHODS[m] for m in methods},
+        "timing_methods": {m: TIMING_METHODS[m] for m in methods},
         "clock_warmup_s": args.clock_warmup if gpu and not args.smoke else 0.0,
         "fp8_use_fast_accum": args.fp8_fast_accum,
         "tf32_api": tp.tf32_settings()["api"],

@@ -19,7 +19,7 @@ For each model, precision, input feed and batch size it times ``model.train_on_b
 
 - ``fp32``: the ``float32`` policy with TF32 switched off (strict FP32, what a V100 does):
   ``tf.config.experimental.enable_tensor_float_32_execution(False)`` on TensorFlow,
-  :func:`mptutor.torch_perf.set_tf32` on PyTorch, ``jax_default_matmul_precision = "float32"``
+  :func:`mptutor.torch_perf.tf32` on PyTorch, ``jax_default_matmul_precision = "float32"``
   on JAX. The record lists what was set;
 - ``tf32``: the ``float32`` policy with TF32 allowed (the default of TensorFlow, of PyTorch's
   cuDNN convolutions and of JAX on Ampere and later GPUs); measured on CUDA devices only;
@@ -127,9 +127,9 @@ def set_tf32(allowed: bool, backend: str) -> dict[str, Any]:
     if backend == "torch":
         import torch
 
-        from mptutor import torch_perf
+        from mptutor.torch_perf._timing import _set_tf32
 
-        torch_perf.set_tf32(allowed)
+        _set_tf32(allowed)
         matmul = getattr(torch.backends.cuda.matmul, "fp32_precision", None)
         if matmul is not None:  # PyTorch 2.9 and later
             conv = torch.backends.cudnn.conv.fp32_precision

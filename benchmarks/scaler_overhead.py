@@ -42,7 +42,6 @@ import records  # noqa: E402
 import targets  # noqa: E402
 
 from mptutor import torch as mpt  # noqa: E402
-from mptutor import torch_perf as tp  # noqa: E402
 from mptutor.scaling import DynamicLossScaler  # noqa: E402
 
 CONV_MODELS = ("resnet50", "tiny-cnn")
@@ -90,6 +89,25 @@ def _layout(channels_last: bool) -> torch.memory_format:
     return torch.channels_last if channels_last else torch.contiguous_format
 
 
+def stride_mismatches(tensors: list[torch.Tensor], others: list[torch.Tensor]) -> list[int]:
+    """Positions where two lists of same-shaped tensors differ in strides (memory layout).
+
+    A model's FP16 parameters and their FP32 master copies must share a layout (both
+    channels_last, or both contiguous): fused copies between them (``torch._foreach_copy_``)
+    take a slower path when the strides differ. Raises ValueError if the lists differ in length
+    or a pair in shape.
+    """
+    if len(tensors) != len(others):
+        raise ValueError(f"{len(tensors)} tensors against {len(others)}")
+    bad = []
+    for i, (a, b) in enumerate(zip(tensors, others, strict=True)):
+        if a.shape != b.shape:
+            raise ValueError(f"pair {i} differs in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
+        if a.stride() != b.stride():
+            bad.append(i)
+    return bad
+
+
 class Mptutor:
     """FP16 model with FP32 master weights and dynamic loss scaling."""
 
@@ -98,7 +116,7 @@ class Mptutor:
         model = model.to(device, memory_format=_layout(channels_last))
         self.model = mpt.network_to_half(model)
         self.opt = mpt.MasterWeightOptimizer(_sgd, self.model, DynamicLossScaler())
-        bad = tp.stride_mismatches(self.opt.model_params, self.opt.master_params)
+        bad = stride_mismatches(self.opt.model_params, self.opt.master_params)
         if bad:
             raise SystemExit(
                 f"{len(bad)} FP16 parameters and their FP32 masters differ in strides; "
@@ -135,7 +153,7 @@ class TorchAmp:
 
 def measure(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
-    cuda = tp.is_cuda(device)
+    cuda = device.type == "cuda"
     model_a, shape, classes = build_model(args.model)
     model_b, _, _ = build_model(args.model)
     if cuda:
@@ -151,7 +169,8 @@ def measure(args: argparse.Namespace) -> dict:
         x = x.contiguous(memory_format=torch.channels_last)
 
     def sync() -> None:
-        tp.synchronize(device)
+        if cuda:
+            torch.cuda.synchronize(device)
 
     iteration = {k: [] for k in trainers}
     step = {k: [] for k in trainers}
@@ -179,7 +198,7 @@ def measure(args: argparse.Namespace) -> dict:
         "batch": args.batch,
         "device": str(device),
         "channels_last": args.channels_last,
-        "master_strides_match": not tp.stride_mismatches(mp.model_params, mp.master_params),
+        "master_strides_match": not stride_mismatches(mp.model_params, mp.master_params),
         "rounds": args.rounds,
         "iters_per_round": args.iters,
         "parameters": sum(p.numel() for p in model_b.parameters()),
@@ -234,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.smoke else mpt.device())
-    cuda = tp.is_cuda(args.device)
+    cuda = torch.device(args.device).type == "cuda"
     gpu_before = records.gpu_state() if cuda else None
     if args.model is None:
         args.model = "tiny-cnn" if args.smoke else ("resnet50" if cuda else "mlp")

@@ -164,7 +164,7 @@ def _gemm_figures(data: dict[str, Any], where: str) -> dict[str, float | None]:
     fp16 = tflops.get("fp16")
     return {
         "gemm_fp16_tflops": fp16,
-        "gemm_fp16_vs_fp32_strict": _ratio(fp16, tflops.get("fp32-strict")),
+        "gemm_fp16_vs_fp32_strict": _ratio(fp16, tflops.get("fp32")),
         "gemm_fp16_vs_tf32": _ratio(fp16, tflops.get("tf32")),
     }
 
@@ -189,16 +189,14 @@ def _resnet_figures(data: dict[str, Any], where: str) -> dict[str, float | None]
         return best.get(mode, {}).get(key)
 
     out: dict[str, float | None] = {
-        "resnet50_amp_fp16_images_per_s": channels_last.get("amp-fp16", {}).get("images_per_s")
+        "resnet50_amp_fp16_images_per_s": channels_last.get("amp_fp16", {}).get("images_per_s")
     }
     for amp in ("fp16", "bf16"):
-        speed = get(f"amp-{amp}", "images_per_s")
-        out[f"resnet50_amp_{amp}_vs_fp32_strict"] = _ratio(
-            speed, get("fp32-strict", "images_per_s")
-        )
+        speed = get(f"amp_{amp}", "images_per_s")
+        out[f"resnet50_amp_{amp}_vs_fp32_strict"] = _ratio(speed, get("fp32", "images_per_s"))
         out[f"resnet50_amp_{amp}_vs_tf32"] = _ratio(speed, get("tf32", "images_per_s"))
         out[f"resnet50_amp_{amp}_memory_vs_fp32"] = _ratio(
-            get(f"amp-{amp}", "peak_memory_gib"), get("fp32-strict", "peak_memory_gib")
+            get(f"amp_{amp}", "peak_memory_gib"), get("fp32", "peak_memory_gib")
         )
     return out
 

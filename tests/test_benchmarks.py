@@ -136,18 +136,18 @@ def test_the_targets_are_stated_in_benchmarks():
 def _gemm_rows(fp16, fp32, tf32):
     return [
         {"precision": p, "m": 8192, "n": 8192, "k": 8192, "tflops": v}
-        for p, v in (("fp16", fp16), ("fp32-strict", fp32), ("tf32", tf32))
+        for p, v in (("fp16", fp16), ("fp32", fp32), ("tf32", tf32))
     ]
 
 
 def _resnet_rows():
     # strict FP32 is fastest in NCHW, the AMP modes in channels_last
     speed = {
-        ("fp32-strict", False): 600, ("fp32-strict", True): 500, ("tf32", False): 900,
-        ("tf32", True): 1000, ("amp-fp16", False): 1500, ("amp-fp16", True): 2400,
-        ("amp-bf16", False): 1400, ("amp-bf16", True): 2280,
+        ("fp32", False): 600, ("fp32", True): 500, ("tf32", False): 900,
+        ("tf32", True): 1000, ("amp_fp16", False): 1500, ("amp_fp16", True): 2400,
+        ("amp_bf16", False): 1400, ("amp_bf16", True): 2280,
     }  # fmt: skip
-    memory = {"fp32-strict": 40, "tf32": 40, "amp-fp16": 22, "amp-bf16": 26}
+    memory = {"fp32": 40, "tf32": 40, "amp_fp16": 22, "amp_bf16": 26}
     return [
         {"mode": m, "channels_last": cl, "images_per_s": v, "peak_memory_gib": memory[m]}
         for (m, cl), v in speed.items()
@@ -259,29 +259,29 @@ def test_gemm_sweep_smoke_run_writes_a_record(tmp_path, capsys):
     assert set(data["timing_methods"]) == {"wall-clock"}
     assert data["fp8_use_fast_accum"] is False and data["clock_warmup_s"] == 0.0
     measured = [r for r in data["rows"] if "tflops" in r]
-    assert {r["precision"] for r in measured} == {"fp32-strict", "fp16", "bf16"}
+    assert {r["precision"] for r in measured} == {"fp32", "fp16", "bf16"}
     assert {r["m"] for r in data["rows"]} == {32, 31}
     assert all(r["input_sets"] == 1 for r in measured)  # a CPU's caches are left as they are
-    assert all(len(r["timing"]["times_s"]) == data["repeats"] for r in measured)
+    assert all(len(r["timing"]["times"]) == data["repeats"] for r in measured)
     assert record["command"].startswith("python") and record["hardware"]["packages"]["torch"]
     assert not bench.find_records(results_dir=tmp_path)  # smoke records are left out
 
 
 def test_scripts_write_nothing_without_out(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _script("gemm_sweep").main(["--smoke", "--precisions", "fp32-strict"])
+    _script("gemm_sweep").main(["--smoke", "--precisions", "fp32"])
     assert "saved" not in capsys.readouterr().out and not list(tmp_path.iterdir())
 
 
 def test_resnet50_benchmark_compares_each_mode_at_its_best_layout(tmp_path, capsys):
-    modes = ["fp32-strict", "tf32", "amp-bf16"]
+    modes = ["fp32", "tf32", "amp-bf16"]  # any spelling formats.precision reads
     _script("resnet50_amp").main(["--smoke", "--modes", *modes, "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "not measured: tf32" in out and "Each mode at its best layout" in out
     _, record = _only_record(tmp_path)
     data = record["data"]
     assert [(r["mode"], r["channels_last"]) for r in data["rows"]] == [
-        (mode, layout) for layout in (False, True) for mode in ("fp32-strict", "amp-bf16")
+        (mode, layout) for layout in (False, True) for mode in ("fp32", "amp_bf16")
     ]
     assert all(r["peak_memory_gib"] is None and r["times_s"] for r in data["rows"])
     best = {r["mode"]: r for r in data["best_layouts"]}
@@ -290,9 +290,9 @@ def test_resnet50_benchmark_compares_each_mode_at_its_best_layout(tmp_path, caps
             (r for r in data["rows"] if r["mode"] == mode), key=lambda r: r["images_per_s"]
         )
         assert row["images_per_s"] == fastest["images_per_s"]
-    fp32 = best["fp32-strict"]["images_per_s"]
-    assert best["amp-bf16"]["speedup_vs_fp32-strict"] == pytest.approx(
-        best["amp-bf16"]["images_per_s"] / fp32
+    fp32 = best["fp32"]["images_per_s"]
+    assert best["amp_bf16"]["speedup_vs_fp32"] == pytest.approx(
+        best["amp_bf16"]["images_per_s"] / fp32
     )
 
 
@@ -305,6 +305,34 @@ def test_scaler_benchmark_smoke_run_keeps_master_and_model_strides_equal(tmp_pat
     assert data["channels_last"] and data["master_strides_match"]
     assert data["iteration_ratio"] > 0 and len(data["iteration_s"]["mptutor"]) == 2
     assert "host_syncs_per_step" not in data  # counted on a GPU only
+
+
+def _masters(convert_first):
+    torch = pytest.importorskip("torch")
+    from mptutor import torch as mpt
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, bias=False), torch.nn.BatchNorm2d(8))
+    if convert_first:
+        model = model.to(memory_format=torch.channels_last)
+    model = mpt.network_to_half(model)
+    opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=0.1), model)
+    if not convert_first:
+        model.to(memory_format=torch.channels_last)
+    return _script("scaler_overhead").stride_mismatches(opt.model_params, opt.master_params)
+
+
+def test_masters_share_the_layout_only_when_the_model_is_converted_first():
+    assert _masters(convert_first=True) == []
+    assert _masters(convert_first=False) == [0]  # the conv weight: the benchmark's old bug
+
+
+def test_stride_mismatches_checks_its_input():
+    torch = pytest.importorskip("torch")
+    stride_mismatches = _script("scaler_overhead").stride_mismatches
+    with pytest.raises(ValueError, match="2 tensors against 1"):
+        stride_mismatches([torch.zeros(1), torch.zeros(1)], [torch.zeros(1)])
+    with pytest.raises(ValueError, match="differs in shape"):
+        stride_mismatches([torch.zeros(2)], [torch.zeros(3)])
 
 
 def test_scaler_benchmark_refuses_channels_last_for_an_mlp():

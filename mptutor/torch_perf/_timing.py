@@ -1,152 +1,118 @@
-"""Timing GPU and CPU work correctly: back-to-back calls per sample, CUDA graphs and events.
+"""Measuring correctly: the TF32 switch, and back-to-back calls per sample (CUDA graphs, events).
 
-A small GPU product takes microseconds, less than the host needs to launch it; timing one call
-at a time measures the launches. :func:`time_calls` packs enough calls into each sample, replays
-them from a CUDA graph on a GPU, and times the replay with CUDA events.
+TF32 is switched through PyTorch's ``fp32_precision`` settings where they exist (PyTorch 2.9 and
+later), the older ``allow_tf32`` flags only where they do not; the two are never mixed. A small
+GPU product takes microseconds, less than the host needs to launch it; timing one call at a time
+measures the launches. :func:`time_calls` packs enough calls into each sample, replays them from
+a CUDA graph on a GPU, and times the replay with CUDA events.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from mptutor._checks import check_scalar
+from mptutor.bench import Timing
 
-__all__ = ["DeviceLike", "is_cuda", "synchronize", "TIMING_METHODS", "CallTiming", "time_calls"]
-
-#: A device as the functions here accept it: ``"cuda"``, ``"cuda:1"``, ``torch.device("cpu")``.
-DeviceLike = str | torch.device
+__all__ = ["tf32_settings", "tf32", "time_calls"]
 
 
-def is_cuda(device: DeviceLike) -> bool:
-    """Whether a device names a CUDA GPU (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda", 1)``).
-
-    Parameters
-    ----------
-    device : str or torch.device
-        The device.
-
-    Returns
-    -------
-    bool
-        ``True`` for a CUDA device, with or without an index.
-    """
+def _is_cuda(device: str | torch.device) -> bool:
+    """Whether a device names a CUDA GPU (``"cuda"``, ``"cuda:1"``, ``torch.device``)."""
     return torch.device(device).type == "cuda"
 
 
-def synchronize(device: DeviceLike) -> None:
-    """Wait for the work queued on a CUDA device; nothing to wait for on a CPU.
+def _tf32_api() -> tuple[Any, Any] | None:
+    """Return the objects carrying ``fp32_precision`` (cuBLAS, cuDNN convolutions), if any."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision") or conv is None:
+        return None
+    return (torch.backends.cuda.matmul, conv) if hasattr(conv, "fp32_precision") else None
+
+
+def tf32_settings() -> dict[str, Any]:
+    """PyTorch's current TF32 settings for FP32 matrix products and cuDNN convolutions.
+
+    Returns
+    -------
+    dict
+        ``api``: ``"fp32_precision"`` (PyTorch 2.9 and later) or ``"allow_tf32"`` (older);
+        ``matmul`` and ``cudnn_conv``: the raw settings, ``"ieee"``, ``"tf32"`` or ``"none"``
+        (inherit the global setting) with the first API, booleans with the second.
+    """
+    new = _tf32_api()
+    if new is not None:
+        return {"api": "fp32_precision", "matmul": new[0].fp32_precision,
+                "cudnn_conv": new[1].fp32_precision}  # fmt: skip
+    return {
+        "api": "allow_tf32",
+        "matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_conv": bool(torch.backends.cudnn.allow_tf32),
+    }
+
+
+def _set_tf32(matmul: Any, conv: Any = None) -> dict[str, Any]:
+    """Set TF32 for products and convolutions (bools or raw values); return the old settings."""
+    conv = matmul if conv is None else conv
+    before = tf32_settings()
+    new = _tf32_api()
+    if new is not None:
+        raw = {True: "tf32", False: "ieee"}
+        new[0].fp32_precision = raw.get(matmul, matmul)
+        new[1].fp32_precision = raw.get(conv, conv)
+    else:  # PyTorch older than the fp32_precision settings
+        torch.backends.cuda.matmul.allow_tf32 = bool(matmul)
+        torch.backends.cudnn.allow_tf32 = bool(conv)
+    return before
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """Allow TF32 for FP32 matrix products and cuDNN convolutions, or forbid it (strict FP32).
+
+    Inside the ``with`` block both ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` are ``"tf32"`` or ``"ieee"`` (the older
+    ``allow_tf32`` flags where this PyTorch lacks them); the previous settings come back on
+    exit, even after an error. It changes nothing on a CPU: TF32 is a GPU format.
 
     Parameters
     ----------
-    device : str or torch.device
-        The device.
+    enabled : bool
+        ``True`` for TF32 Tensor Core math, ``False`` for strict (IEEE) FP32.
+
+    Yields
+    ------
+    None
+        Control returns to the ``with`` block while the setting holds.
+
+    Examples
+    --------
+    >>> with tf32(False):
+    ...     tf32_settings()["matmul"] in ("ieee", False)
+    True
     """
-    if is_cuda(device):
-        torch.cuda.synchronize(torch.device(device))
-
-
-#: How each timing method works, for the records and the notebook.
-TIMING_METHODS = {
-    "cuda-graph": "each sample replays a CUDA graph of `inner` back-to-back calls, timed with "
-    "CUDA events; time per call = sample time / inner",
-    "cuda-events": "each sample runs `inner` back-to-back calls from the host, timed with CUDA "
-    "events (used when graph capture is turned off or fails); time per call = sample / inner",
-    "wall-clock": "each sample runs `inner` back-to-back calls, timed with time.perf_counter; "
-    "time per call = sample time / inner",
-}
-
-
-@dataclass(frozen=True)
-class CallTiming:
-    """Timings of a function called back to back.
-
-    Attributes
-    ----------
-    times_s : tuple of float
-        Seconds per call, one value per sample (the sample's time divided by ``inner``).
-    inner : int
-        Calls per sample.
-    method : str
-        A key of :data:`TIMING_METHODS`.
-    note : str
-        Why a fallback was taken, if one was.
-    """
-
-    times_s: tuple[float, ...]
-    inner: int
-    method: str
-    note: str = ""
-
-    @property
-    def median_s(self) -> float:
-        """Median seconds per call."""
-        return statistics.median(self.times_s)
-
-    @property
-    def sample_s(self) -> float:
-        """Median seconds per sample (``inner`` calls)."""
-        return self.median_s * self.inner
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return the timing for a JSON record.
-
-        Returns
-        -------
-        dict
-            ``method``, ``inner``, ``median_s`` and the raw ``times_s``; ``note`` when a
-            fallback was taken.
-        """
-        out = {
-            "method": self.method,
-            "inner": self.inner,
-            "median_s": self.median_s,
-            "times_s": list(self.times_s),
-        }
-        if self.note:
-            out["note"] = self.note
-        return out
-
-
-def _loop(fn: Callable[[], Any], inner: int) -> Callable[[], None]:
-    def run() -> None:
-        for _ in range(inner):
-            fn()  # each result is dropped at once, so memory does not grow with inner
-
-    return run
-
-
-def _event_seconds(run: Callable[[], Any]) -> float:
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
-
-
-def _wall_seconds(run: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
+    before = _set_tf32(bool(enabled))
+    try:
+        yield
+    finally:
+        _set_tf32(before["matmul"], before["cudnn_conv"])
 
 
 def time_calls(
     fn: Callable[[], Any],
-    device: DeviceLike = "cpu",
+    device: str | torch.device = "cpu",
     repeats: int = 10,
     warmup: int = 3,
     min_sample_s: float | None = None,
     max_inner: int = 10_000,
     graph: bool = True,
-) -> CallTiming:
+) -> Timing:
     """Time ``fn`` called back to back, so that each sample takes at least ``min_sample_s``.
 
     The number of calls per sample (``inner``) is calibrated first: it grows until one sample
@@ -175,8 +141,9 @@ def time_calls(
 
     Returns
     -------
-    CallTiming
-        Seconds per call for each sample, ``inner`` and the method used.
+    mptutor.bench.Timing
+        Seconds per call for each sample, ``inner``, the ``method`` used and, after a fallback,
+        a ``note`` saying why.
 
     Raises
     ------
@@ -190,22 +157,28 @@ def time_calls(
     warmup = check_scalar(warmup, "warmup", int, min_val=0)
     max_inner = check_scalar(max_inner, "max_inner", int, min_val=1)
     min_sample_s = check_scalar(min_sample_s, "min_sample_s", min_val=0, allow_none=True)
-    cuda = is_cuda(device)
+    cuda = _is_cuda(device)
     if min_sample_s is None:
         min_sample_s = 0.01 if cuda else 0.02
+
+    def run(build: Callable[[int], Callable[[], Any]], clock: Callable, method: str) -> Timing:
+        inner = 1
+        calls = build(inner)
+        sample = clock(calls)
+        while sample < min_sample_s and inner < max_inner:
+            grow = min_sample_s / max(sample, 1e-9) * 1.2
+            inner = min(max_inner, max(2 * inner, math.ceil(inner * grow)))
+            calls = None  # let a previous CUDA graph go before the next one is captured
+            calls = build(inner)
+            sample = clock(calls)
+        times = tuple(clock(calls) / inner for _ in range(repeats))
+        return Timing(times, warmup, inner, method)
+
     if not cuda:
         for _ in range(warmup):
             fn()
-        return _calibrate_and_time(
-            lambda inner: _loop(fn, inner),
-            _wall_seconds,
-            repeats,
-            min_sample_s,
-            max_inner,
-            "wall-clock",
-        )
-    dev = torch.device(device)
-    with torch.cuda.device(dev):
+        return run(lambda inner: _loop(fn, inner), _wall_seconds, "wall-clock")
+    with torch.cuda.device(torch.device(device)):
         # warm up on a side stream, as CUDA graph capture asks (lazy initialisation, workspaces)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -217,29 +190,26 @@ def time_calls(
         note = "graph capture turned off"
         if graph:
             try:
-                return _calibrate_and_time(
-                    lambda inner: _graph_runner(fn, inner),
-                    _event_seconds,
-                    repeats,
-                    min_sample_s,
-                    max_inner,
-                    "cuda-graph",
-                )
+                return run(lambda inner: _graph(fn, inner), _event_seconds, "cuda-graph")
             except RuntimeError as err:  # an operation that cannot be captured
                 torch.cuda.synchronize()
                 note = f"CUDA graph capture failed ({str(err).splitlines()[0]})"
-        timing = _calibrate_and_time(
-            lambda inner: _loop(fn, inner),
-            _event_seconds,
-            repeats,
-            min_sample_s,
-            max_inner,
-            "cuda-events",
-        )
-        return CallTiming(timing.times_s, timing.inner, timing.method, note)
+        timing = run(lambda inner: _loop(fn, inner), _event_seconds, "cuda-events")
+        return Timing(timing.times, warmup, timing.inner, timing.method, note)
 
 
-def _graph_runner(fn: Callable[[], Any], inner: int) -> Callable[[], None]:
+def _loop(fn: Callable[[], Any], inner: int) -> Callable[[], None]:
+    """Return a function that calls ``fn`` ``inner`` times, dropping each result at once."""
+
+    def calls() -> None:
+        for _ in range(inner):
+            fn()
+
+    return calls
+
+
+def _graph(fn: Callable[[], Any], inner: int) -> Callable[[], None]:
+    """Capture ``inner`` calls into a CUDA graph, replay it once; return its replay."""
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(inner):
@@ -249,22 +219,19 @@ def _graph_runner(fn: Callable[[], Any], inner: int) -> Callable[[], None]:
     return g.replay  # the bound method keeps the graph (and its memory pool) alive
 
 
-def _calibrate_and_time(
-    build: Callable[[int], Callable[[], Any]],
-    clock: Callable[[Callable[[], Any]], float],
-    repeats: int,
-    min_sample_s: float,
-    max_inner: int,
-    method: str,
-) -> CallTiming:
-    inner = 1
-    run = build(inner)
-    sample = clock(run)
-    while sample < min_sample_s and inner < max_inner:
-        grow = min_sample_s / max(sample, 1e-9) * 1.2
-        inner = min(max_inner, max(2 * inner, math.ceil(inner * grow)))
-        run = None  # let a previous CUDA graph go before the next one is captured
-        run = build(inner)
-        sample = clock(run)
-    times = tuple(clock(run) / inner for _ in range(repeats))
-    return CallTiming(times, inner, method)
+def _event_seconds(calls: Callable[[], Any]) -> float:
+    """Time ``calls()`` on the current CUDA stream with CUDA events."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    calls()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def _wall_seconds(calls: Callable[[], Any]) -> float:
+    """Time ``calls()`` with ``time.perf_counter``."""
+    start = time.perf_counter()
+    calls()
+    return time.perf_counter() - start

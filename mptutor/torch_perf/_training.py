@@ -1,4 +1,4 @@
-"""Training steps timed in strict FP32, TF32, AMP FP16 and AMP BF16; master-weight layouts."""
+"""Training steps timed in strict FP32, TF32, AMP FP16 and AMP BF16; a convolution's first call."""
 
 from __future__ import annotations
 
@@ -9,60 +9,25 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from mptutor import bench
-from mptutor.torch_perf._tf32 import tf32
-from mptutor.torch_perf._timing import DeviceLike, is_cuda, synchronize
+from mptutor import bench, formats
+from mptutor.torch_perf._gemm import _why_not
+from mptutor.torch_perf._timing import _is_cuda, tf32
 
-__all__ = [
-    "TrainingMode",
-    "TRAINING_MODES",
-    "measure_training",
-    "conv_step_times",
-    "stride_mismatches",
-]
+__all__ = ["measure_training", "conv_step_times"]
 
-
-@dataclass(frozen=True)
-class TrainingMode:
-    """How a training step runs.
-
-    Attributes
-    ----------
-    name : str
-        ``"fp32-strict"``, ``"tf32"``, ``"amp-fp16"`` or ``"amp-bf16"``.
-    tf32 : bool
-        TF32 allowed for FP32 matrix products and cuDNN convolutions.
-    autocast : torch.dtype or None
-        The ``torch.autocast`` dtype, ``None`` for no autocast.
-    grad_scaler : bool
-        Whether ``torch.amp.GradScaler`` scales the loss.
-    precision : str
-        The GEMM precision (key of :data:`PRECISIONS`) whose hardware support the mode needs.
-    """
-
-    name: str
-    tf32: bool
-    autocast: torch.dtype | None
-    grad_scaler: bool
-    precision: str
-
-
-#: The four ways of training compared on ResNet50; strict FP32 is the fair baseline.
-TRAINING_MODES: dict[str, TrainingMode] = {
-    m.name: m
-    for m in (
-        TrainingMode("fp32-strict", False, None, False, "fp32-strict"),
-        TrainingMode("tf32", True, None, False, "tf32"),
-        TrainingMode("amp-fp16", False, torch.float16, True, "fp16"),
-        TrainingMode("amp-bf16", False, torch.bfloat16, False, "bf16"),
-    )
+#: The training modes (keys of :data:`mptutor.formats.PRECISIONS`): TF32 allowed, the autocast
+#: dtype (``None``: no autocast), a ``GradScaler``, and the product precision the mode needs.
+_MODES: dict[str, tuple[bool, torch.dtype | None, bool, str]] = {
+    "fp32": (False, None, False, "fp32"),
+    "tf32": (True, None, False, "tf32"),
+    "amp_fp16": (False, torch.float16, True, "fp16"),
+    "amp_bf16": (False, torch.bfloat16, False, "bf16"),
 }
 
 
@@ -72,7 +37,7 @@ def measure_training(
     batch: int,
     image_size: int,
     classes: int,
-    device: DeviceLike = "cpu",
+    device: str | torch.device = "cpu",
     steps: int = 20,
     warmup: int = 5,
     channels_last: bool = False,
@@ -89,7 +54,9 @@ def measure_training(
     build_model : callable
         Returns an FP32 ``nn.Module`` taking ``(batch, 3, image_size, image_size)`` images.
     mode : str
-        A key of :data:`TRAINING_MODES`.
+        ``"fp32"`` (strict: TF32 off), ``"tf32"``, ``"amp_fp16"`` (autocast to FP16 and
+        ``torch.amp.GradScaler``) or ``"amp_bf16"`` (autocast to BF16, no scaler), spelled as
+        :func:`mptutor.formats.precision` reads it.
     batch, image_size, classes : int
         The synthetic batch.
     device : str or torch.device, optional
@@ -104,19 +71,26 @@ def measure_training(
     Returns
     -------
     dict
-        ``mode, channels_last, batch, image_size, median_step_s, images_per_s,
-        peak_memory_gib`` (``None`` on a CPU), ``final_loss`` and the raw ``times_s``.
+        ``mode, channels_last, batch, image_size`` and either ``skipped`` (why the mode is not
+        timed on this device: TF32 on a CPU, a GPU too old for TF32 or BF16) or
+        ``median_step_s, images_per_s, peak_memory_gib`` (``None`` on a CPU), ``final_loss`` and
+        the raw ``times_s``.
 
     Raises
     ------
     ValueError
-        For an unknown mode.
+        For a mode that is not one of the four above.
     """
-    if mode not in TRAINING_MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose one of {list(TRAINING_MODES)}")
-    m = TRAINING_MODES[mode]
+    name = formats.precision(mode)
+    if name not in _MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {list(_MODES)}")
+    allow_tf32, autocast, grad_scaler, product = _MODES[name]
+    row = {"mode": name, "channels_last": channels_last, "batch": batch, "image_size": image_size}
+    reason = _why_not(product, device)
+    if reason is not None:
+        return {**row, "skipped": reason}
     dev = torch.device(device)
-    cuda = is_cuda(dev)
+    cuda = _is_cuda(dev)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     gc.collect()
     if cuda:
@@ -124,11 +98,11 @@ def measure_training(
     benchmark_before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True
     try:
-        with tf32(m.tf32):
+        with tf32(allow_tf32):
             torch.manual_seed(seed)
             model = build_model().to(dev, memory_format=fmt)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            scaler = torch.amp.GradScaler(dev.type, enabled=m.grad_scaler)
+            scaler = torch.amp.GradScaler(dev.type, enabled=grad_scaler)
             gen = torch.Generator().manual_seed(seed)
             images = torch.randn(batch, 3, image_size, image_size, generator=gen)
             images = images.to(dev).contiguous(memory_format=fmt)
@@ -136,12 +110,11 @@ def measure_training(
             losses = []
 
             def step() -> None:
-                context = (
-                    torch.autocast(dev.type, dtype=m.autocast)
-                    if m.autocast is not None
+                with (
+                    torch.autocast(dev.type, dtype=autocast)
+                    if autocast is not None
                     else contextlib.nullcontext()
-                )
-                with context:
+                ):
                     loss = nn.functional.cross_entropy(model(images), labels)
                 opt.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
@@ -151,25 +124,17 @@ def measure_training(
 
             for _ in range(warmup):
                 step()
-            synchronize(dev)
             if cuda:
+                torch.cuda.synchronize(dev)
                 torch.cuda.reset_peak_memory_stats(dev)
             timing = bench.time_fn(step, repeats=steps, warmup=0, device=str(dev))
             peak = torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else None
             final_loss = float(losses[-1])
     finally:
         torch.backends.cudnn.benchmark = benchmark_before
-    return {
-        "mode": mode,
-        "channels_last": channels_last,
-        "batch": batch,
-        "image_size": image_size,
-        "median_step_s": timing.median,
-        "images_per_s": batch / timing.median,
-        "peak_memory_gib": peak,
-        "final_loss": final_loss,
-        "times_s": list(timing.times),
-    }
+    median = timing.median
+    return {**row, "median_step_s": median, "images_per_s": batch / median, "peak_memory_gib": peak,
+            "final_loss": final_loss, "times_s": list(timing.times)}  # fmt: skip
 
 
 _LAYOUTS = {"NCHW": torch.contiguous_format, "channels_last": torch.channels_last}
@@ -182,7 +147,7 @@ def conv_step_times(
     dtype: torch.dtype = torch.float32,
     autotune: bool = False,
     layouts: Sequence[str] = ("NCHW", "channels_last"),
-    device: DeviceLike = "cpu",
+    device: str | torch.device = "cpu",
     repeats: int = 10,
     fresh_process: bool = True,
 ) -> list[dict[str, Any]]:
@@ -286,7 +251,8 @@ def _conv_steps(
             x = x.to(torch_dtype).contiguous(memory_format=fmt).requires_grad_()
             out = warm(x)
             out.backward(torch.randn_like(out))
-        synchronize(device)
+        if _is_cuda(device):
+            torch.cuda.synchronize(device)
         rows = []
         for side in sides:
             for name in layouts:
@@ -317,37 +283,3 @@ def _conv_steps(
     finally:
         torch.backends.cudnn.benchmark = before
     return rows
-
-
-def stride_mismatches(tensors: Sequence[torch.Tensor], others: Sequence[torch.Tensor]) -> list[int]:
-    """Positions where two lists of same-shaped tensors differ in strides (memory layout).
-
-    A model's FP16 parameters and their FP32 master copies must share a layout (both
-    channels_last, or both contiguous): fused copies between them (``torch._foreach_copy_``)
-    take a slower path when the strides differ.
-
-    Parameters
-    ----------
-    tensors, others : sequence of torch.Tensor
-        Paired tensors, e.g. ``opt.model_params`` and ``opt.master_params`` of a
-        :class:`mptutor.torch.MasterWeightOptimizer`.
-
-    Returns
-    -------
-    list of int
-        Indices of the pairs whose strides differ (empty when all match).
-
-    Raises
-    ------
-    ValueError
-        If the lists differ in length or a pair differs in shape.
-    """
-    if len(tensors) != len(others):
-        raise ValueError(f"{len(tensors)} tensors against {len(others)}")
-    bad = []
-    for i, (a, b) in enumerate(zip(tensors, others, strict=True)):
-        if a.shape != b.shape:
-            raise ValueError(f"pair {i} differs in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
-        if a.stride() != b.stride():
-            bad.append(i)
-    return bad
