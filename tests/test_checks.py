@@ -46,18 +46,11 @@ def test_check_scalar_boundaries():
     assert check_scalar(None, "x", allow_none=True) is None
     with pytest.raises(TypeError, match="x must be a real number, got None"):
         check_scalar(None, "x")
-    with pytest.raises(ValueError, match="include_boundaries must be one of"):
-        check_scalar(1, "x", include_boundaries="inside")
 
 
 def test_check_scalar_prints_integer_bounds_in_full():
     with pytest.raises(ValueError, match=r"count must be in \[0, 2147483647\], got 2147483648"):
         check_scalar(2**31, "count", int, min_val=0, max_val=2**31 - 1)
-
-
-def test_check_scalar_refuses_an_unknown_kind():
-    with pytest.raises(ValueError, match="kind must be int or float, got <class 'str'>"):
-        check_scalar("1", "x", str)
 
 
 def test_check_type_names_the_argument_the_value_and_what_is_accepted():
@@ -76,14 +69,6 @@ def test_check_scalar_refuses_an_int_beyond_the_float_range():
     with pytest.raises(ValueError, match=r"scale must be a finite number, got 1000000000+\.\.\.$"):
         check_scalar(10**400, "scale")
     assert check_scalar(10**400, "count", int) == 10**400  # an int is an int
-
-
-@pytest.mark.parametrize(
-    "bounds", [{"min_val": 10, "max_val": 1}, {"min_val": float("nan")}, {"max_val": float("nan")}]
-)
-def test_check_scalar_refuses_bounds_that_admit_no_value(bounds):
-    with pytest.raises(ValueError, match="admit no value"):
-        check_scalar(5, "x", **bounds)
 
 
 def test_messages_cut_a_huge_value_short():
