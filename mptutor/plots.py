@@ -1,7 +1,4 @@
-"""Figures for the notebooks, drawn with matplotlib from what :mod:`mptutor.formats` computes.
-
-matplotlib is imported when a figure is drawn, not when this module is imported.
-"""
+"""Figures for the notebooks, drawn with matplotlib (imported when a figure is drawn)."""
 
 from __future__ import annotations
 
@@ -30,11 +27,8 @@ __all__ = [
     "loss_curves",
 ]
 
-_NORMAL = "#1f77b4"
-_SUBNORMAL = "#fdae6b"
-#: Bands of a format's range behind a histogram: flushed to zero, subnormal, normal, overflow.
-_BANDS = ("#bdbdbd", "#fdd0a2", "#c7e9c0", "#fc9272")
-#: Line colours drawn over those bands, none of them a band colour.
+_NORMAL, _SUBNORMAL = "#1f77b4", "#fdae6b"
+_BANDS = ("#bdbdbd", "#fdd0a2", "#c7e9c0", "#fc9272")  # flushed to zero, subnormal, normal, over
 _LINES = ("#1f77b4", "#000000", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -44,10 +38,8 @@ def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     from matplotlib.axes import Axes
 
     if ax is not None:
-        check_type(ax, "ax", Axes, "matplotlib Axes or None")
-        return ax.figure, ax
-    fig, new_ax = plt.subplots(figsize=figsize, layout="constrained")
-    return fig, new_ax
+        return check_type(ax, "ax", Axes, "matplotlib Axes or None").figure, ax
+    return plt.subplots(figsize=figsize, layout="constrained")
 
 
 def _formats(fmts: Any) -> list[formats.Format]:
@@ -94,20 +86,17 @@ def format_ranges(
 
     Parameters
     ----------
-    fmts : sequence of str or dtype, optional
+    fmts : str, dtype or sequence of them, optional
         Formats to draw, top to bottom.
     xlim : tuple of float or None, optional
-        Limits of the log2 axis; ``None`` fits every format (fp32 spans about 277 powers of 2,
-        which dwarfs fp16's 40). A bar that goes on beyond a limit ends in an arrow head at
-        the edge of the axes.
+        Limits of the log2 axis (a bar beyond one ends in an arrow head); ``None`` fits them all.
     ax : matplotlib.axes.Axes, optional
         Axes to draw into; a new figure otherwise.
 
     Returns
     -------
     matplotlib.figure.Figure
-        The figure. The right-hand axis labels each row with its powers of 2 and its range,
-        ``2**(smallest subnormal exponent) .. 2**(largest exponent)``.
+        The figure; the right-hand axis labels each row with its powers of 2 and its range.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -135,27 +124,16 @@ def format_ranges(
             beyond = end < edge if marker == "<" else end > edge
             if beyond:
                 clipped = True
-                ax.plot(
-                    edge,
-                    y,
-                    marker=marker,
-                    ms=11,
-                    color="black",
-                    mec="white",
-                    clip_on=False,
-                    zorder=3,
-                )
+                ax.plot(edge, y, marker=marker, ms=11, color="k", mec="w", clip_on=False, zorder=3)
     ax.set_yticks(range(len(chosen)), [f.name for f in reversed(chosen)])
     ax.set_ylim(-0.6, len(chosen) - 0.4)
     ax.set_xlim(left, right)
     side = ax.twinx()
     side.set_ylim(ax.get_ylim())
+    rows = zip(reversed(chosen), reversed(lows), strict=True)
     side.set_yticks(
         range(len(chosen)),
-        [
-            f"{f.powers_of_two} powers of 2 (2**{lo} .. 2**{f.max_exponent})"
-            for f, lo in zip(reversed(chosen), reversed(lows), strict=True)
-        ],
+        [f"{f.powers_of_two} powers of 2 (2**{lo} .. 2**{f.max_exponent})" for f, lo in rows],
     )
     side.tick_params(axis="y", length=0, pad=9)
     ax.tick_params(axis="y", pad=9)
@@ -163,14 +141,11 @@ def format_ranges(
     ax.axvline(0, color="grey", lw=0.8, ls=":")
     ax.set_title("Representable range of each format")
     ax.grid(axis="x", alpha=0.3)
-    handles = [
-        Patch(color=_NORMAL, label="normal values"),
-        Patch(color=_SUBNORMAL, label="subnormal values"),
-    ]
+    handles = [Patch(color=_NORMAL, label="normal values")]
+    handles.append(Patch(color=_SUBNORMAL, label="subnormal values"))
     if clipped:
-        handles.append(
-            Line2D([], [], ls="", marker=">", ms=8, color="black", label="goes on beyond the axis")
-        )
+        beyond = "goes on beyond the axis"
+        handles.append(Line2D([], [], ls="", marker=">", ms=8, color="black", label=beyond))
     ax.legend(handles=handles, loc="lower left", fontsize=8, framealpha=0.95)
     return fig
 
@@ -187,7 +162,7 @@ def value_spacing(
     ----------
     low, high : float
         The interval to show.
-    fmts : sequence of str or dtype, optional
+    fmts : str, dtype or sequence of them, optional
         Formats to show, one row each.
     ax : matplotlib.axes.Axes, optional
         Axes to draw into; a new figure otherwise.
@@ -195,10 +170,8 @@ def value_spacing(
     Returns
     -------
     matplotlib.figure.Figure
-        The figure; each row is labelled with the spacings found in the interval. The x axis
-        reaches a little beyond ``[low, high]``, so that values at either end are drawn clear of
-        the frame, and a dotted line marks each power of two inside the interval (labelled on a
-        top axis), where the spacing of every format changes.
+        Each row labelled with the spacings found; a dotted line at each power of two inside
+        the interval, where the spacing changes.
     """
     chosen = _formats(fmts)
     fig, ax = _axes(ax, (9, 0.8 * len(chosen) + 1.2))
@@ -208,14 +181,9 @@ def value_spacing(
         ax.vlines(values, y - 0.3, y + 0.3, color=_NORMAL, lw=1)
         gaps = sorted({float(g) for g in np.diff(values)})
         shown = ", ".join(f"{g:g}" for g in gaps[:4]) + (", ..." if len(gaps) > 4 else "")
-        ax.text(
-            high,
-            y + 0.38,
-            f"{values.size} values, spacing {shown}",
-            ha="right",
-            fontsize=9,
-            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
-        )
+        box = {"facecolor": "white", "edgecolor": "none", "pad": 1}
+        label = f"{values.size} values, spacing {shown}"
+        ax.text(high, y + 0.38, label, ha="right", fontsize=9, bbox=box)
     ax.set_yticks(range(len(chosen)), [f.name for f in reversed(chosen)])
     ax.set_ylim(-0.6, len(chosen) - 0.2)
     margin = 0.02 * (high - low)
@@ -233,7 +201,7 @@ def value_spacing(
 
 
 def _powers_of_two_inside(low: float, high: float) -> list[float]:
-    """Powers of two strictly between ``low`` and ``high``, for an interval of one sign."""
+    """Return the powers of two strictly between ``low`` and ``high`` (an interval of one sign)."""
     if low <= 0 <= high:  # every power of two down to the smallest would be inside
         return []
     sign = 1.0 if low > 0 else -1.0
@@ -261,10 +229,9 @@ def update_survival(
     Returns
     -------
     matplotlib.figure.Figure
-        The figure. For each format a band spans the ratios between
-        :func:`~mptutor.formats.always_lost_update_ratio` (``2**-(mantissa_bits+2)``, always
-        lost at or below) and :func:`~mptutor.formats.lost_update_ratio`
-        (``2**-(mantissa_bits+1)``, always kept above), labelled at the top.
+        For each format a band from :func:`~mptutor.formats.always_lost_update_ratio` to
+        :func:`~mptutor.formats.lost_update_ratio`, where an update is lost or kept depending
+        on the weight.
     """
     ratios = _numbers(ratios, "ratios")
     if not np.all(np.isfinite(ratios) & (ratios > 0)):
@@ -286,26 +253,15 @@ def update_survival(
         always, can = formats.always_lost_update_ratio(name), formats.lost_update_ratio(name)
         ax.axvspan(always, can, color=color, alpha=0.12, lw=0)
         ax.plot(ratios, share, label=name, color=color, marker=".", ms=4)
-        for threshold in (always, can):
-            ax.text(
-                threshold,
-                1.02,
-                f"2**{int(math.log2(threshold))}",
-                color=color,
-                ha="center",
-                fontsize=8,
-                transform=ax.get_xaxis_transform(),
-            )
+        for x in (always, can):
+            label, where = f"2**{int(math.log2(x))}", ax.get_xaxis_transform()
+            ax.text(x, 1.02, label, color=color, ha="center", fontsize=8, transform=where)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("update / weight")
     ax.set_ylabel("share of weights changed")
     ax.set_ylim(-0.03, 1.03)
-    ax.legend(
-        loc="lower right",
-        title="shaded: lost or kept,\ndepending on the weight",
-        title_fontsize=8,
-        fontsize=8,
-    )
+    title = "shaded: lost or kept,\ndepending on the weight"
+    ax.legend(loc="lower right", title=title, title_fontsize=8, fontsize=8)
     ax.grid(alpha=0.3)
     return fig
 
@@ -327,16 +283,14 @@ def gradient_histogram(
     Returns
     -------
     matplotlib.figure.Figure
-        Bars count the values per power of two; the shaded bands are the format's zero
-        (flushed), subnormal and normal ranges; the legend gives each set's share flushed to zero.
+        Values per power of two over bands of the format's flushed, subnormal and normal ranges.
 
     Raises
     ------
     TypeError
         If ``stats`` is not a GradientStats or a non-empty dict of them.
     ValueError
-        If the statistics were measured against different formats, or hold no non-zero finite
-        value.
+        If they use different formats, or count no non-zero finite value.
     """
     from mptutor.gradients import GradientStats
 
@@ -359,14 +313,9 @@ def gradient_histogram(
         ax.axvspan(lo, hi, color=color, alpha=0.6, lw=0, label=f"{f.name}: {name}")
     bins = np.arange(left, right + 1)
     for i, (label, s) in enumerate(series.items()):
-        ax.hist(
-            s.exponents,
-            bins=bins,
-            histtype="step",
-            lw=1.6,
-            color=_LINES[i % len(_LINES)],
-            label=f"{label} ({100 * s.share('underflow'):.3g}% flushed to zero)",
-        )
+        label = f"{label} ({100 * s.share('underflow'):.3g}% flushed to zero)"
+        color = _LINES[i % len(_LINES)]
+        ax.hist(s.exponents, bins=bins, histtype="step", lw=1.6, color=color, label=label)
     ax.set_xlim(left, right)
     ax.set_yscale("log")
     ax.set_xlabel("log2 |gradient|  (a bar counts the values in [2**k, 2**(k+1)))")
@@ -392,7 +341,7 @@ def loss_scale_trace(
     Returns
     -------
     matplotlib.figure.Figure
-        A step line of the scale used at each step, and a cross at each skipped step.
+        The scale used at each step, and a cross at each skipped step.
 
     Raises
     ------
@@ -407,14 +356,8 @@ def loss_scale_trace(
         steps, scales, skipped = h.arrays()
         mask = np.asarray(skipped, dtype=bool)
         ax.step(steps, scales, where="post", color=f"C{i}", label=label)
-        ax.plot(
-            steps[mask],
-            scales[mask],
-            "x",
-            color=f"C{i}",
-            ms=6,
-            label=f"{label}: skipped steps ({int(mask.sum())})",
-        )
+        crosses = f"{label}: skipped steps ({int(mask.sum())})"
+        ax.plot(steps[mask], scales[mask], "x", color=f"C{i}", ms=6, label=crosses)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("step")
     ax.set_ylabel("loss scale")
@@ -433,27 +376,24 @@ def loss_curves(
     Parameters
     ----------
     curves : mapping of str to sequence of float
-        For each run's label, its loss at every step. Non-finite losses (a diverged run) are
-        left out of the line and counted in the legend.
+        For each run's label, its loss at every step; non-finite losses are left out, counted
+        in the legend.
     window : int, optional
-        Average over this many steps (a trailing running mean) to calm batch-to-batch noise;
-        1 draws the raw losses.
+        Steps of the trailing running mean; 1 draws the raw losses.
     ax : matplotlib.axes.Axes, optional
         Axes to draw into; a new figure otherwise.
 
     Returns
     -------
     matplotlib.figure.Figure
-        One line per run, in distinct colours and line styles; the first run (the reference)
-        is drawn wide and light, so that a run that follows it closely does not hide it.
+        One line per run; the first (the reference) wide and light, so no run hides it.
 
     Raises
     ------
     ValueError
-        If ``window`` is below 1.
+        If ``window`` is below 1 or a run holds no loss.
     TypeError
-        If ``window`` is not an int, or ``curves`` is not a non-empty dict of 1-D sequences of
-        numbers.
+        If ``window`` is not an int, or ``curves`` not a non-empty dict of 1-D number sequences.
     """
     window = check_scalar(window, "window", int, min_val=1)
     if not isinstance(curves, Mapping) or not curves:
