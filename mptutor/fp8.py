@@ -28,15 +28,20 @@ import numpy as np
 from mptutor import formats
 from mptutor._checks import check_scalar
 
-__all__ = ["ELEMENT_FORMATS", "scale_from_amax", "quantize", "dequantize", "DelayedScaling"]
-__all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize"]
+__all__ = [
+    "scale_from_amax",
+    "quantize",
+    "dequantize",
+    "DelayedScaling",
+    "mx_quantize",
+    "mx_dequantize",
+    "nvfp4_quantize",
+    "nvfp4_dequantize",
+]
 
-#: The element formats of block scaling (MXFP8, MXFP6, MXFP4; NVFP4 uses ``fp4_e2m1``).
-ELEMENT_FORMATS: tuple[str, ...] = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
-_ALGOS = ("max", "most_recent")
-_ROUNDINGS = ("floor", "rceil")
+# The element formats of block scaling (MXFP8, MXFP6, MXFP4; NVFP4 uses fp4_e2m1).
+_ELEMENT_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
 _E8M0_EXPONENTS = (-127, 127)  # the finite scales of E8M0: 2**-127 .. 2**127
-_NVFP4_BLOCK = 16
 
 
 def _format(fmt: Any, name: str, allowed: tuple[str, ...] | None = None) -> formats.Format:
@@ -65,7 +70,7 @@ def _real_array(x: Any, name: str) -> np.ndarray:
 
 
 def _scales(scale: Any, name: str) -> np.ndarray | float:
-    """Check a positive finite scale, or an array of them."""
+    """Return a positive finite scale, or an array of them, checked."""
     if np.ndim(scale) == 0 and not isinstance(scale, np.ndarray):
         return check_scalar(scale, name, min_val=0, include_boundaries="neither")
     arr = _real_array(scale, name).astype(np.float64)
@@ -75,9 +80,7 @@ def _scales(scale: Any, name: str) -> np.ndarray | float:
 
 
 def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -> Any:
-    """Return the scale that maps ``amax`` onto the format's largest value.
-
-    The scale is ``max / amax / 2**margin``, or ``previous`` where ``amax`` is 0 or not finite.
+    """Return the scale ``max / amax / 2**margin`` that maps ``amax`` onto the format's largest.
 
     Parameters
     ----------
@@ -111,9 +114,9 @@ def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -
 def quantize(x: Any, fmt: Any, scale: Any) -> np.ndarray:
     """Cast ``x * scale`` to a format, rounding to nearest even and saturating at +-max.
 
-    The product (float32; float64 for float64 or integer ``x``) is clipped to the format's
-    largest finite value before the cast, so an overflow gives +-max with every library and
-    version (their casts differ: NaN, +-max or inf). NaN stays NaN; FP6 and FP4 refuse it.
+    The product (float32; float64 for float64 or integer ``x``) is clipped to +-max before the
+    cast, the same with every library and version (their casts differ: NaN, +-max or inf).
+    NaN stays NaN; FP6 and FP4 refuse it.
 
     Parameters
     ----------
@@ -163,11 +166,10 @@ def dequantize(q: Any, scale: Any) -> np.ndarray:
 class DelayedScaling:
     """Delayed scaling: the scale of a step comes from the amaxes of the steps before it.
 
-    Read :attr:`scale` to quantize this step's tensor, then call :meth:`update` with its amax:
-    the amax joins a window of the last ``history_len`` amaxes, and the next scale is
+    Read :attr:`scale` (first 1) to quantize this step's tensor, then :meth:`update` with its
+    amax: it joins a window of the last ``history_len``, and the next scale is
     :func:`scale_from_amax` of the window's largest (``algo="max"``) or newest
-    (``"most_recent"``) amax. An amax of 0 or one that is not finite keeps the scale and does not
-    join the window. The first scale is 1.
+    (``"most_recent"``) amax. An amax of 0, inf or NaN keeps the scale and stays out.
 
     Parameters
     ----------
@@ -190,8 +192,8 @@ class DelayedScaling:
     def __init__(self, fmt: Any, history_len: int = 1024, algo: str = "max", margin: int = 0):
         self.format = _format(fmt, "fmt")
         self.history_len = check_scalar(history_len, "history_len", int, min_val=1)
-        if algo not in _ALGOS:
-            raise ValueError(f"algo must be one of {', '.join(_ALGOS)}, got {algo!r}")
+        if algo not in ("max", "most_recent"):
+            raise ValueError(f"algo must be one of max, most_recent, got {algo!r}")
         self.algo = algo
         self.margin = check_scalar(margin, "margin", int, min_val=0)
         self._window: deque[float] = deque(maxlen=self.history_len)
@@ -209,18 +211,7 @@ class DelayedScaling:
         return max(window) if self.algo == "max" else window[-1]
 
     def update(self, amax: Any) -> float:
-        """Record a step's amax and compute the scale for the next step.
-
-        Parameters
-        ----------
-        amax : float
-            The tensor's largest magnitude this step (0, inf or NaN keep the scale).
-
-        Returns
-        -------
-        float
-            The new :attr:`scale`.
-        """
+        """Record a step's amax (a float >= 0) and return the next step's :attr:`scale`."""
         if np.ndim(amax) != 0:
             raise ValueError(f"amax must be one number, got an array of shape {np.shape(amax)}")
         a = float(_real_array(amax, "amax"))
@@ -254,12 +245,11 @@ def mx_quantize(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Quantize to OCP Microscaling (MX): one power-of-two E8M0 scale per block of values.
 
-    Each block of ``block`` values along the last axis shares the scale ``2**e``. ``"floor"``
-    (the OCP MX rule): ``e = floor(log2(amax)) - emax``, ``emax`` the exponent of the element
-    format's largest binade; values past the largest element saturate. ``"rceil"``: the
-    smallest ``e`` with ``amax / 2**e <= max``; nothing saturates. ``e`` is clipped to E8M0's
-    ``[-127, 127]`` (an all-zero block gets ``2**-127``); a block holding a NaN or an infinity
-    gets a NaN scale, so all its values dequantize to NaN.
+    Each block of ``block`` values along the last axis shares the scale ``2**e``: by the OCP
+    rule (``"floor"``) ``e = floor(log2(amax)) - emax`` (``emax`` the exponent of the element
+    format's largest binade; larger values saturate), by ``"rceil"`` the smallest ``e`` with
+    ``amax / 2**e <= max``. ``e`` is clipped to ``[-127, 127]`` (``2**-127`` for a block of
+    zeros); a block holding a NaN or an infinity gets a NaN scale.
 
     Parameters
     ----------
@@ -279,12 +269,10 @@ def mx_quantize(
     scales : numpy.ndarray of float8_e8m0fnu
         One per block: shape ``x.shape[:-1] + (x.shape[-1] // block,)``.
     """
-    f = _format(elem_fmt, "elem_fmt", ELEMENT_FORMATS)
+    f = _format(elem_fmt, "elem_fmt", _ELEMENT_FORMATS)
     block = check_scalar(block, "block", int, min_val=1)
-    if scale_rounding not in _ROUNDINGS:
-        raise ValueError(
-            f"scale_rounding must be one of {', '.join(_ROUNDINGS)}, got {scale_rounding!r}"
-        )
+    if scale_rounding not in ("floor", "rceil"):
+        raise ValueError(f"scale_rounding must be one of floor, rceil, got {scale_rounding!r}")
     v = _blocks(x, block)
     amax = np.max(np.abs(v), axis=-1).astype(np.float64)
     finite = np.isfinite(amax)
@@ -332,9 +320,8 @@ def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
     """Quantize to NVFP4: FP4 (E2M1) elements, an E4M3 scale per 16 values, one FP32 scale.
 
     The tensor scale ``amax / (6 * 448)`` (the largest FP4 and E4M3 values) brings the block
-    scales ``block amax / 6 / tensor scale`` into E4M3, rounded to nearest; each element is
-    ``x / (block scale * tensor scale)`` rounded to FP4, saturating. A block holding a NaN or an
-    infinity gets a NaN block scale.
+    scales ``block amax / 6 / tensor scale`` into E4M3; each element is ``x / (block scale *
+    tensor scale)`` rounded to FP4, saturating. A block holding NaN or inf gets a NaN scale.
 
     Parameters
     ----------
@@ -347,8 +334,8 @@ def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
         FP4 elements (the shape of ``x``), one E4M3 scale per 16 values along the last axis,
         and ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros).
     """
-    fp4 = _format("fp4_e2m1", "elem_fmt", ELEMENT_FORMATS)
-    v = _blocks(x, _NVFP4_BLOCK)
+    fp4 = _format("fp4_e2m1", "elem_fmt")
+    v = _blocks(x, 16)
     amax = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
     tensor_scale = np.float32(amax / (fp4.max * formats.get("fp8_e4m3").max) if amax else 1.0)
     block_amax = np.max(np.abs(v), axis=-1)
@@ -372,4 +359,4 @@ def nvfp4_dequantize(elements: Any, block_scales: Any, tensor_scale: Any) -> np.
     scale = np.float32(
         check_scalar(tensor_scale, "tensor_scale", min_val=0, include_boundaries="neither")
     )
-    return mx_dequantize(elements, block_scales, _NVFP4_BLOCK) * scale
+    return mx_dequantize(elements, block_scales, 16) * scale
