@@ -1,8 +1,7 @@
-"""Framework-free gradient statistics: zeros, infs/NaNs, and where the exponents fall in a format.
+"""Gradient statistics against a format: zeros, infs/NaNs, what would underflow or overflow.
 
-The framework modules gather a model's gradients into NumPy arrays and call
-:func:`gradient_stats`; :func:`mptutor.plots.gradient_histogram` draws the result against a
-format's range (the talk's "gradients don't use much of the FP16 range" picture).
+The framework modules gather a model's gradients into NumPy arrays for :func:`gradient_stats`;
+:func:`mptutor.plots.gradient_histogram` draws the result against the format's range.
 """
 
 from __future__ import annotations
@@ -31,16 +30,14 @@ class GradientStats:
         The format the values are compared with, e.g. ``"fp16"``.
     count : int
         Number of values.
-    zeros : int
-        Values that are exactly zero.
-    nonfinite : int
-        Values that are inf or NaN.
+    zeros, nonfinite : int
+        Values that are exactly zero; values that are inf or NaN.
     underflow : int
-        Non-zero finite values below half of ``fmt``'s smallest subnormal: they round to zero.
+        Non-zero finite values below half the smallest subnormal: they round to zero.
     subnormal : int
-        Values from there up to ``fmt``'s smallest normal: kept, with fewer significant bits.
+        Values from there up to the smallest normal: kept, with fewer significant bits.
     overflow : int
-        Finite values at or above the power of two after ``fmt``'s largest binade (for fp16,
+        Finite values from the power of two above the largest binade on (fp16:
         ``|g| >= 65536``): they become inf (NaN in fp8_e4m3).
     exponents : numpy.ndarray
         ``floor(log2 |g|)`` of every non-zero finite value (int32).
@@ -56,22 +53,12 @@ class GradientStats:
     exponents: np.ndarray
 
     def share(self, what: str) -> float:
-        """Share of all values in one category.
-
-        Parameters
-        ----------
-        what : str
-            ``"zeros"``, ``"nonfinite"``, ``"underflow"``, ``"subnormal"`` or ``"overflow"``.
-
-        Returns
-        -------
-        float
-            Between 0 and 1 (0 for an empty set).
+        """Return the share (0 to 1) of all values in one category, a field name above.
 
         Raises
         ------
         ValueError
-            For any other category name.
+            For a name that is not one of the five counts.
         """
         names = ("zeros", "nonfinite", "underflow", "subnormal", "overflow")
         if what not in names:
@@ -79,23 +66,12 @@ class GradientStats:
         return getattr(self, what) / self.count if self.count else 0.0
 
     def scaled(self, factor: float) -> GradientStats:
-        """Return the statistics the same values would have after multiplying them by ``factor``.
-
-        Parameters
-        ----------
-        factor : float
-            A positive power of two (a loss scale), so that exponents shift exactly.
-
-        Returns
-        -------
-        GradientStats
-            Exponents shifted by ``log2(factor)``; zeros and non-finite counts unchanged;
-            underflow, subnormal and overflow recounted from the shifted exponents.
+        """Return the statistics of the same values multiplied by ``factor`` (a loss scale).
 
         Raises
         ------
         ValueError
-            If ``factor`` is not a positive power of two.
+            If ``factor`` is not a positive power of two (exponents must shift exactly).
         TypeError
             If ``factor`` is not a real number.
         """
@@ -111,7 +87,7 @@ class GradientStats:
 
 
 def _classify(exponents: np.ndarray, f: formats.Format) -> tuple[int, int, int]:
-    # Counted by exponent alone, so that a loss scale (a power of two) shifts the counts exactly.
+    """Count underflow, subnormal and overflow by exponent alone (a power of two shifts them)."""
     tiny = f.min_exponent - f.mantissa_bits  # exponent of the smallest subnormal
     under = int(np.count_nonzero(exponents < tiny - 1))
     sub = int(np.count_nonzero((exponents >= tiny - 1) & (exponents < f.min_exponent)))
@@ -142,13 +118,12 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
     Returns
     -------
     GradientStats
-        Counts and exponents; see :class:`GradientStats` for the categories.
+        Counts and exponents.
 
     Raises
     ------
     TypeError
-        If ``values`` is not an array or a list of arrays of real numbers (float, int, or the
-        ml_dtypes formats such as bfloat16); the message names the array at fault.
+        If ``values`` is not an array or a list of arrays of real numbers.
     ValueError
         If ``fmt`` is not a known format.
     """
