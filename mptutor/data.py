@@ -50,7 +50,7 @@ StrPath = str | os.PathLike[str]
 _ENV_VAR = "MPTUTOR_DATA_DIR"
 _MARKER = "mptutor-complete.json"
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # what ImageFolderDataset loads
-Plan = dict[str, tuple[list[str], list[str]]]  # {class: (train files, test files)}
+_Plan = dict[str, tuple[list[str], list[str]]]  # {class: (train files, test files)}
 
 
 class DatasetError(RuntimeError):
@@ -287,9 +287,9 @@ def _check_test_per_class(test_per_class: Any) -> int | float:
     )
 
 
-def _plan_split(files: Mapping[str, list[str]], test_per_class: int | float, seed: int) -> Plan:
+def _plan_split(files: Mapping[str, list[str]], test_per_class: int | float, seed: int) -> _Plan:
     """Choose the test files of every class from a generator seeded with ``"<seed>/<class>"``."""
-    plan: Plan = {}
+    plan: _Plan = {}
     for name in sorted(files):
         names = sorted(files[name])
         k = test_per_class
@@ -305,7 +305,7 @@ def _plan_split(files: Mapping[str, list[str]], test_per_class: int | float, see
     return plan
 
 
-def _split_info(plan: Plan, train: str, test: str) -> dict[str, Any]:
+def _split_info(plan: _Plan, train: str, test: str) -> dict[str, Any]:
     """Return the marker entries of a split: its folders' names and image counts."""
     return {
         "train": train,

@@ -269,9 +269,9 @@ def _net_context(net: gluon.Block) -> mx.Context:
     raise ValueError("the network's parameters are not initialised: call net.initialize() first")
 
 
-def _where_and_how(net: gluon.Block, ctx: Any, dtype: Any) -> tuple[mx.Context, str]:
-    """Return the context and the checked type, by default those of the network."""
-    ctx = _net_context(net) if ctx is None else _resolve_context(ctx)
+def _where_and_how(net: gluon.Block, dtype: Any) -> tuple[mx.Context, str]:
+    """Return the network's context and the checked type (by default the network's)."""
+    ctx = _net_context(net)
     if dtype is None:
         dtype = "float16" if "float16" in _param_dtypes(net) else "float32"
     return ctx, _check_dtype(dtype, ctx)

@@ -305,7 +305,7 @@ def train(
 
 
 def _outputs(
-    net: gluon.Block, data: Iterable[Any], ctx: mx.Context, dtype: str, batch_statistics: bool
+    net: gluon.Block, data: Iterable[Any], ctx: mx.Context, dtype: str
 ) -> Iterator[tuple[mx.nd.NDArray, mx.nd.NDArray]]:
     """Yield float32 outputs and labels batch by batch; ``ctx`` and ``dtype`` are checked."""
     seen = 0
@@ -313,37 +313,24 @@ def _outputs(
         x = x.as_in_context(ctx)
         if dtype == "float16":
             x = x.astype("float16", copy=False)
-        if batch_statistics:
-            with autograd.train_mode():  # BatchNorm normalises with this batch's statistics
-                out = net(x)
-        else:
-            out = net(x)
+        out = net(x)
         seen += x.shape[0]
         yield out.astype("float32", copy=False), y.as_in_context(ctx).astype("float32")
     if seen == 0:
         raise ValueError("the data yielded no batches: nothing to evaluate")
 
 
-def _accuracy(
-    net: gluon.Block, data: Iterable[Any], ctx: mx.Context, dtype: str, by_batch: bool = False
-) -> float:
+def _accuracy(net: gluon.Block, data: Iterable[Any], ctx: mx.Context, dtype: str) -> float:
     """:func:`evaluate` for a ``ctx`` and a ``dtype`` that the caller has checked."""
     correct, seen = None, 0
-    for out, y in _outputs(net, data, ctx, dtype, by_batch):
+    for out, y in _outputs(net, data, ctx, dtype):
         hits = (out.argmax(axis=1) == y).sum()
         correct = hits if correct is None else correct + hits
         seen += y.shape[0]
     return float(correct.asscalar()) / seen  # type: ignore[union-attr]
 
 
-def evaluate(
-    net: gluon.Block,
-    data: Iterable[Any],
-    ctx: mx.Context | None = None,
-    dtype: str | None = None,
-    *,
-    batch_statistics: bool = False,
-) -> float:
+def evaluate(net: gluon.Block, data: Iterable[Any], dtype: str | None = None) -> float:
     """Classification accuracy of a network on batches of ``(images, labels)``.
 
     Parameters
@@ -351,16 +338,10 @@ def evaluate(
     net : mxnet.gluon.Block
         The network (BatchNorm uses its running statistics).
     data : iterable of (NDArray, NDArray)
-        Batches, e.g. ``loaders.test``.
-    ctx : mxnet.Context, optional
-        Where to compute; default where the network's parameters are.
+        Batches, e.g. ``loaders.test``, computed where the network's parameters are.
     dtype : str, optional
         Type the images are cast to; default float16 if the network has float16 parameters,
         else float32 (bfloat16 AMP networks take float32 input).
-    batch_statistics : bool, default False
-        Normalise every BatchNorm layer with each batch's statistics instead of its running
-        averages (a diagnostic; nothing is updated). It needs batches that mix the classes;
-        :func:`refresh_statistics` is the sounder test.
 
     Returns
     -------
@@ -372,17 +353,11 @@ def evaluate(
     ValueError
         If ``data`` yields no batch, or float16 is asked for on a CPU.
     """
-    ctx, dtype = _where_and_how(net, ctx, dtype)
-    return _accuracy(net, data, ctx, dtype, batch_statistics)
+    return _accuracy(net, data, *_where_and_how(net, dtype))
 
 
 def predict(
-    net: gluon.Block,
-    data: Iterable[Any],
-    ctx: mx.Context | None = None,
-    dtype: str | None = None,
-    *,
-    batch_statistics: bool = False,
+    net: gluon.Block, data: Iterable[Any], dtype: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Predicted classes and true labels of every image, as NumPy arrays.
 
@@ -392,7 +367,7 @@ def predict(
         The network.
     data : iterable of (NDArray, NDArray)
         Batches, e.g. ``loaders.test``.
-    ctx, dtype, batch_statistics
+    dtype : str, optional
         As for :func:`evaluate`.
 
     Returns
@@ -407,9 +382,8 @@ def predict(
     ValueError
         If ``data`` yields no batch, or float16 is asked for on a CPU.
     """
-    ctx, dtype = _where_and_how(net, ctx, dtype)
     predicted, labels = [], []
-    for out, y in _outputs(net, data, ctx, dtype, batch_statistics):
+    for out, y in _outputs(net, data, *_where_and_how(net, dtype)):
         predicted.append(out.argmax(axis=1).asnumpy().astype(np.int64))
         labels.append(y.asnumpy().astype(np.int64))
     return np.concatenate(predicted), np.concatenate(labels)
@@ -419,7 +393,6 @@ def refresh_statistics(
     net: gluon.Block,
     data: Iterable[Any],
     batches: int,
-    ctx: mx.Context | None = None,
     dtype: str | None = None,
 ) -> int:
     """Fold training batches into every BatchNorm's running averages, the weights left fixed.
@@ -438,7 +411,7 @@ def refresh_statistics(
         Training batches, e.g. ``loaders.train``.
     batches : int
         How many batches to fold in, at least 1; fewer are used if ``data`` runs out.
-    ctx, dtype
+    dtype : str, optional
         As for :func:`evaluate`.
 
     Returns
@@ -452,7 +425,7 @@ def refresh_statistics(
         If ``batches`` is below 1, ``data`` yields no batch, or float16 is asked for on a CPU.
     """
     batches = check_scalar(batches, "batches", int, min_val=1)
-    ctx, dtype = _where_and_how(net, ctx, dtype)
+    ctx, dtype = _where_and_how(net, dtype)
     used = 0
     for images, _ in data:
         if used == batches:
