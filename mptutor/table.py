@@ -67,10 +67,7 @@ class Table:
             check_type(title, "title", str, "a str or None")
         self.float_format = float_format
         self.title = title
-        columns: list[str] = []
-        for row in self.rows:
-            columns.extend(k for k in row if k not in columns)
-        self.columns: list[str] = columns
+        self.columns: list[str] = list(dict.fromkeys(k for row in self.rows for k in row))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -79,17 +76,7 @@ class Table:
         return self.rows[index]
 
     def column(self, name: str) -> list[Any]:
-        """Return one column's values, ``None`` where a row lacks it.
-
-        Parameters
-        ----------
-        name : str
-            Column name.
-
-        Returns
-        -------
-        list
-            The values, in row order.
+        """Return one column's values in row order, ``None`` where a row lacks it.
 
         Raises
         ------
@@ -101,16 +88,11 @@ class Table:
         return [row.get(name) for row in self.rows]
 
     def to_dicts(self) -> list[dict[str, Any]]:
-        """Return the rows as plain dictionaries (copies).
-
-        Returns
-        -------
-        list of dict
-            One dictionary per row.
-        """
+        """Return the rows as plain dictionaries (copies)."""
         return [dict(r) for r in self.rows]
 
     def _cell(self, value: Any) -> str:
+        """Write one value: floats by ``float_format``, whole ones below 10 million in full."""
         if value is None:
             return ""
         if isinstance(value, bool):
@@ -122,6 +104,7 @@ class Table:
         return str(value)
 
     def _text_rows(self) -> Sequence[list[str]]:
+        """Return every row as the text of its cells."""
         return [[self._cell(row.get(c)) for c in self.columns] for row in self.rows]
 
     def __repr__(self) -> str:
