@@ -21,5 +21,3 @@ One module per framework: ``torch`` and ``torch_perf`` (PyTorch and its measurem
 from mptutor import formats, gradients, hardware, plots, scaling
 
 __version__ = "0.1.0"
-
-__all__ = ["formats", "gradients", "hardware", "plots", "scaling"]

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterator, Mapping, Set
-from contextlib import contextmanager
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -78,15 +77,6 @@ def _found_inf(found_inf: Any) -> bool:
         return bool(found_inf)
     except (TypeError, ValueError, RuntimeError) as exc:  # e.g. a tensor of several elements
         raise TypeError(f"found_inf must convert to one bool: {exc}") from exc
-
-
-@contextmanager
-def _malformed_state() -> Iterator[None]:
-    """Report a value of the wrong type in a state dict as a ``ValueError``, like any flaw."""
-    try:
-        yield
-    except TypeError as exc:
-        raise ValueError(f"malformed state_dict: {exc}") from exc
 
 
 def _check_keys(state: Any, kind: str, required: set[str], optional: set[str]) -> None:
@@ -349,9 +339,11 @@ class StaticLossScaler(_Scaler):
             value); the scaler is then left as it was.
         """
         _check_keys(state_dict, "StaticLossScaler", {"type", "scale", "steps"}, {"history"})
-        with _malformed_state():
+        try:
             scale = _scale_value("state_dict['scale']", state_dict["scale"])
             history = self._load_history(state_dict)
+        except TypeError as exc:  # a value of the wrong type: one more flaw of the state
+            raise ValueError(f"malformed state_dict: {exc}") from exc
         self._scale, self._history = scale, history
 
     def __repr__(self) -> str:
@@ -464,40 +456,16 @@ class DynamicLossScaler(_Scaler):
         self._scale, self._growth_tracker, self._overflows_at_floor = scale, tracker, at_floor
         self._history = history
 
-    @property
-    def growth_factor(self) -> float:
-        """Factor applied after ``growth_interval`` clean steps."""
-        return self._growth_factor
-
-    @property
-    def backoff_factor(self) -> float:
-        """Factor applied on a step with inf/NaN gradients."""
-        return self._backoff_factor
-
-    @property
-    def growth_interval(self) -> int:
-        """Consecutive clean steps before the scale grows."""
-        return self._growth_interval
-
-    @property
-    def min_scale(self) -> float:
-        """The floor of the scale (float32, rounded up from the argument)."""
-        return self._min_scale
-
-    @property
-    def max_scale(self) -> float | None:
-        """The cap of the scale (float32, rounded down from the argument), or ``None``."""
-        return self._max_scale
-
-    @property
-    def growth_tracker(self) -> int:
-        """Clean steps since the scale last changed, like GradScaler's ``_growth_tracker``."""
-        return self._growth_tracker
-
-    @property
-    def overflows_at_floor(self) -> int:
-        """Consecutive overflowing steps taken at the floor; 0 after a clean step."""
-        return self._overflows_at_floor
+    # The settings and the state, read-only: a state dict changes them, checked, all at once.
+    growth_factor = property(lambda s: s._growth_factor, doc="Factor after enough clean steps.")
+    backoff_factor = property(lambda s: s._backoff_factor, doc="Factor on an inf/NaN step.")
+    growth_interval = property(lambda s: s._growth_interval, doc="Clean steps before growing.")
+    min_scale = property(lambda s: s._min_scale, doc="The floor (float32, rounded up).")
+    max_scale = property(lambda s: s._max_scale, doc="The cap (float32, rounded down) or None.")
+    growth_tracker = property(lambda s: s._growth_tracker, doc="Clean steps since the last change.")
+    overflows_at_floor = property(
+        lambda s: s._overflows_at_floor, doc="Consecutive overflowing steps at the floor."
+    )
 
     def update(self, found_inf: Any) -> bool:
         """Record one step and move the scale; say whether to take the optimizer step.
@@ -580,7 +548,7 @@ class DynamicLossScaler(_Scaler):
         keys = {"type", "scale", "growth_tracker", "growth_factor", "backoff_factor", "steps"}
         keys |= {"growth_interval", "min_scale", "max_scale"}
         _check_keys(s, "DynamicLossScaler", keys, {"history", "overflows_at_floor"})
-        with _malformed_state():
+        try:
             low = 2.0**-149 if s["min_scale"] is None else s["min_scale"]
             settings = self._settings(
                 s["growth_factor"], s["backoff_factor"], s["growth_interval"], low, s["max_scale"]
@@ -591,13 +559,9 @@ class DynamicLossScaler(_Scaler):
                     f"state_dict['scale']={scale!r} lies outside [min_scale, max_scale] = "
                     f"[{settings[3]}, {settings[4]}]"
                 )
+            name, bounds = "state_dict['growth_tracker']", {"include_boundaries": "left"}
             tracker = check_scalar(
-                s["growth_tracker"],
-                "state_dict['growth_tracker']",
-                int,
-                min_val=0,
-                max_val=settings[2],
-                include_boundaries="left",
+                s["growth_tracker"], name, int, min_val=0, max_val=settings[2], **bounds
             )
             name = "state_dict['overflows_at_floor']"
             at_floor = check_scalar(s.get("overflows_at_floor", 0), name, int, min_val=0)
@@ -607,6 +571,8 @@ class DynamicLossScaler(_Scaler):
                     "are counted only at the floor, and an overflow restarts growth_tracker"
                 )
             history = self._load_history(s)
+        except TypeError as exc:  # a value of the wrong type: one more flaw of the state
+            raise ValueError(f"malformed state_dict: {exc}") from exc
         self._set(settings, scale, tracker, at_floor, history)
 
     def __repr__(self) -> str:
