@@ -1,22 +1,13 @@
 """Floating-point formats used in mixed-precision training, through NumPy and ml_dtypes.
 
-Every fact here is read from the format's definition (``ml_dtypes.finfo``) or computed by
-rounding in that format, so the notebooks can show numbers instead of quoting them. A format is
-named by a short name (``"fp16"``), NumPy's name (``"float16"``), another spelling (``"half"``),
-a NumPy, ml_dtypes or framework dtype (``torch.float16``, ``tf.bfloat16``: matched by name, no
-framework is imported), or an array or tensor of that dtype: :data:`SPELLINGS` is the one table
-of spellings, which :func:`get` and :func:`dtype_name` share. :data:`PRECISIONS` names the ways
-of computing that the lessons compare, one spelling each.
+Every fact is read from the format's definition (``ml_dtypes.finfo``) or computed by rounding
+in it. A format is named by a short name (``"fp16"``), NumPy's name (``"float16"``), another
+spelling (``"half"``), a dtype of any library (``torch.float16``: matched by name, nothing is
+imported), or an array or tensor: :data:`SPELLINGS` is the one table of spellings.
+:data:`PRECISIONS` names the ways of computing that the lessons compare.
 
-Examples
---------
->>> from mptutor import formats
->>> formats.get("fp16").max
-65504.0
->>> float(formats.ulp(32768, "fp16"))
-32.0
->>> bool(formats.update_survives(1.0, 1e-4, "fp16"))
-False
+>>> get("fp16").max, float(ulp(32768, "fp16")), bool(update_survives(1.0, 1e-4, "fp16"))
+(65504.0, 32.0, False)
 """
 
 from __future__ import annotations
@@ -114,10 +105,8 @@ def precision(name: str) -> str:
 
     Raises
     ------
-    TypeError
-        If ``name`` is not a string.
-    ValueError
-        If it names no precision of :data:`PRECISIONS`.
+    TypeError, ValueError
+        If ``name`` is not a string, or names no precision of :data:`PRECISIONS`.
     """
     if not isinstance(name, str):
         raise TypeError(f"a precision is named by a string, not {type(name).__name__}")
@@ -139,9 +128,8 @@ def dtype_name(x: Any) -> str:
     Returns
     -------
     str
-        NumPy's name of the dtype (``"float16"``, ``"bfloat16"``, ``"int64"``). A spelling of a
-        known format gives NumPy's name of it (``"half"`` gives ``"float16"``); other text is
-        returned as given (a Keras policy such as ``"mixed_float16"`` stays).
+        NumPy's name of the dtype (``"float16"``, ``"bfloat16"``); a spelling of a known format
+        gives NumPy's name of it, other text is returned as given (``"mixed_float16"`` stays).
 
     Raises
     ------
@@ -263,12 +251,8 @@ def _make(name: str, kind: Any) -> Format:
 _BY_DTYPE = {
     np.dtype(kind).name: _make(short, kind) for short, kind, _ in _FORMATS + _BLOCK_FORMATS
 }
-_KNOWN = ", ".join(FORMAT_NAMES)
-if _BLOCK_NAMES:
-    _KNOWN += f"; block formats {', '.join(_BLOCK_NAMES)}"
-_KNOWN += (
-    f" (other spellings: {', '.join(sorted(set(SPELLINGS) - set(FORMAT_NAMES + _BLOCK_NAMES)))})"
-)
+_BLOCK = f"; block formats {', '.join(_BLOCK_NAMES)}" if _BLOCK_NAMES else ""
+_OTHERS = ", ".join(sorted(set(SPELLINGS) - set(FORMAT_NAMES + _BLOCK_NAMES)))
 
 
 def get(fmt: Any) -> Format:
@@ -302,7 +286,10 @@ def get(fmt: Any) -> Format:
     except (TypeError, ValueError):  # neither is nor has a dtype
         found = None
     if found is None:
-        raise ValueError(f"unknown floating-point format {fmt!r}; known formats are {_KNOWN}")
+        raise ValueError(
+            f"unknown floating-point format {fmt!r}; known formats are {', '.join(FORMAT_NAMES)}"
+            f"{_BLOCK} (other spellings: {_OTHERS})"
+        )
     return found
 
 
