@@ -1,20 +1,13 @@
 """Loss scaling without a framework: the dynamic loss-scale state machine of mixed precision.
 
-Small FP16 gradients underflow to zero. Loss scaling multiplies the loss by a factor ``S``
-before the backward pass, so every gradient comes out ``S`` times larger, and divides the
-gradients by ``S`` before the optimizer step. A *dynamic* scaler finds ``S`` by trial: when a
-step's gradients hold inf or NaN it skips that step and multiplies ``S`` by a backoff factor
-(0.5); after ``growth_interval`` consecutive clean steps it multiplies ``S`` by a growth factor
-(2). ``S`` so stays near the largest value that does not overflow.
+Loss scaling multiplies the loss by ``S`` before the backward pass, so that small FP16
+gradients do not underflow, and divides the gradients by ``S`` before the optimizer step. A
+dynamic scaler skips a step whose gradients hold inf or NaN and halves ``S``; after
+``growth_interval`` clean steps it doubles ``S``. :class:`DynamicLossScaler` follows
+``torch.amp.GradScaler`` bit for bit above its floor; :class:`StaticLossScaler` keeps one scale.
+Both provide :class:`LossScaler`, the protocol that the PyTorch, Keras and MXNet modules accept;
+``docs/loss-scaling-notes.md`` compares the frameworks' own scalers.
 
-:class:`DynamicLossScaler` follows ``torch.amp.GradScaler``'s scale bit for bit, float32
-arithmetic included, as long as the scale stays at or above its floor ``min_scale``;
-:class:`StaticLossScaler` keeps one scale. Both record a :class:`ScaleHistory` and provide
-:class:`LossScaler`, the protocol the PyTorch, Keras and MXNet modules accept. How the
-frameworks' own scalers differ is written up in ``docs/loss-scaling-notes.md``.
-
-Examples
---------
 >>> s = DynamicLossScaler(init_scale=8.0, growth_interval=2)
 >>> [s.update(found_inf) for found_inf in (False, True, False, False)]
 [True, False, True, True]
@@ -139,14 +132,7 @@ class ScaleHistory:
         )
 
     def append(self, scale: float, skipped: bool) -> None:
-        """Record one step.
-
-        Parameters
-        ----------
-        scale : float
-            The scale used in the step, a finite number > 0 (stored in float32).
-        skipped : bool
-            Whether the optimizer step was skipped.
+        """Record one step: the scale used (> 0, stored in float32), whether it was skipped.
 
         Raises
         ------
@@ -167,12 +153,8 @@ class ScaleHistory:
 
         Returns
         -------
-        steps : numpy.ndarray of int64
-            Step numbers, ``first_step`` onwards.
-        scales : numpy.ndarray of float64
-            The scale used at each step.
-        skipped : numpy.ndarray of bool
-            Whether each step was skipped.
+        steps, scales, skipped : numpy.ndarray
+            Step numbers from ``first_step`` (int64), scales (float64), skipped or not (bool).
         """
         steps = np.arange(self.first_step, self.steps, dtype=np.int64)
         scales = np.frombuffer(self.scales, dtype=np.float32).astype(np.float64)
@@ -222,27 +204,17 @@ class LossScaler(Protocol):
     ``True``. ``state_dict``/``load_state_dict`` put the scaler in checkpoints.
     """
 
-    @property
-    def scale(self) -> float:
-        """The scale to multiply the loss by."""
-        ...
-
-    @property
-    def history(self) -> ScaleHistory:
-        """The scales used and the steps skipped so far."""
-        ...
+    scale: float  # the scale to multiply the loss by
+    history: ScaleHistory  # the scales used and the steps skipped so far
 
     def update(self, found_inf: Any) -> bool:
         """Record a step's overflow check and return whether to apply the step."""
-        ...
 
     def state_dict(self) -> dict[str, Any]:
         """Return the scaler's state, for a checkpoint."""
-        ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`."""
-        ...
 
 
 class _Scaler:
