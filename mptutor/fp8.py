@@ -6,15 +6,9 @@ value and multiplies before the cast, as in Transformer Engine: ``q = fmt(x * sc
 those formats define them: ``x ~ element * scale``. Formats are named as in
 :mod:`mptutor.formats`; FP6, FP4 and E8M0 need ml_dtypes 0.5 or newer.
 
-Examples
---------
->>> from mptutor import fp8
->>> s = fp8.scale_from_amax(3.5, "fp8_e4m3")  # 448 / 3.5
->>> s
-128.0
->>> q = fp8.quantize([3.5, 0.01, 7.0], "fp8_e4m3", s)
->>> [float(v) for v in fp8.dequantize(q, s)]  # 0.01 rounds, 7 saturates at 448 / s
-[3.5, 0.009765625, 3.5]
+>>> s = scale_from_amax(3.5, "fp8_e4m3")  # 448 / 3.5 = 128: 0.01 rounds, 7 saturates
+>>> s, [float(v) for v in dequantize(quantize([3.5, 0.01, 7.0], "fp8_e4m3", s), s)]
+(128.0, [3.5, 0.009765625, 3.5])
 """
 
 from __future__ import annotations
@@ -138,8 +132,7 @@ def quantize(x: Any, fmt: Any, scale: Any) -> np.ndarray:
     work = np.float64 if arr.dtype == np.float64 or arr.dtype.kind in "iu" else np.float32
     with np.errstate(over="ignore", invalid="ignore"):
         y = arr.astype(work) * np.asarray(s, dtype=work)
-        nan_ok = np.isnan(np.float32(np.array(np.nan).astype(f.dtype)))  # FP6, FP4 have none
-    if not nan_ok and np.isnan(y).any():
+    if not formats._has_nan(f.dtype) and np.isnan(y).any():  # FP6, FP4 have no NaN
         raise ValueError(f"x holds NaN, which {f.name} cannot represent")
     return np.clip(y, -f.max, f.max).astype(f.dtype)  # clip keeps NaN
 
