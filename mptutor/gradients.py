@@ -145,13 +145,5 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
     mags = np.abs(flat[nonzero])
     exps = np.floor(np.log2(mags)).astype(np.int32) if mags.size else np.zeros(0, np.int32)
     under, sub, over = _classify(exps, f)
-    return GradientStats(
-        fmt=f.name,
-        count=int(flat.size),
-        zeros=int(np.count_nonzero(flat == 0)),
-        nonfinite=int(np.count_nonzero(~finite)),
-        underflow=under,
-        subnormal=sub,
-        overflow=over,
-        exponents=exps,
-    )
+    zeros, nonfinite = int(np.count_nonzero(flat == 0)), int(np.count_nonzero(~finite))
+    return GradientStats(f.name, int(flat.size), zeros, nonfinite, under, sub, over, exps)

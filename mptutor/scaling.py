@@ -363,12 +363,7 @@ class DynamicLossScaler(_Scaler):
 
     Examples
     --------
-    >>> s = DynamicLossScaler(init_scale=1000.0, growth_factor=1.1, growth_interval=1)
-    >>> s.update(False), s.scale  # float32(1000.0 * 1.1) in float64, then rounded
-    (True, 1100.0)
-    >>> s.update(True), s.scale
-    (False, 550.0)
-    >>> s = DynamicLossScaler(init_scale=4.0)
+    >>> s = DynamicLossScaler(init_scale=4.0)  # 4, 2, 1, then twice at the floor of 1
     >>> [s.update(True) for _ in range(4)], s.scale, s.overflows_at_floor
     ([False, False, False, False], 1.0, 2)
     """
@@ -456,8 +451,7 @@ class DynamicLossScaler(_Scaler):
         Raises
         ------
         TypeError
-            If ``found_inf`` is ``None``, a string, a container, or an array/tensor of several
-            elements; nothing is recorded then.
+            If ``found_inf`` is None, a string, a container or several elements (not recorded).
         """
         scale = self._scale
         if self._record(found_inf):
