@@ -53,14 +53,12 @@ def _formats(fmts: Any) -> list[formats.Format]:
 
 
 def _runs(runs: Any, name: str, kind: type, what: str) -> dict[str, Any]:
-    """One ``kind`` object as ``{label: it}``, or a non-empty mapping of labels to them."""
+    """Return one ``kind`` object as ``{what: it}``, or a non-empty mapping of labels to them."""
     if isinstance(runs, kind):
         return {what: runs}
     if not isinstance(runs, Mapping) or not runs:
-        raise TypeError(
-            f"{name} must be a {kind.__name__} or a non-empty dict of label to "
-            f"{kind.__name__}, got {runs!r:.80}"
-        )
+        wanted = f"a {kind.__name__} or a non-empty dict of label to {kind.__name__}"
+        raise TypeError(f"{name} must be {wanted}, got {runs!r:.80}")
     for label, run in runs.items():
         check_type(run, f"{name}[{label!r}]", kind, f"a {kind.__name__}")
     return dict(runs)
@@ -106,9 +104,9 @@ def format_ranges(
         if not isinstance(xlim, (tuple, list)) or len(xlim) != 2:
             raise TypeError(f"xlim must be (left, right) or None, got {xlim!r}")
         left = check_scalar(xlim[0], "xlim[0]")
-        right = check_scalar(xlim[1], "xlim[1] (at least xlim[0])", min_val=left)
-        if left == right:
-            raise ValueError(f"xlim must span an interval, got {xlim!r}")
+        right = check_scalar(
+            xlim[1], "xlim[1] (above xlim[0])", min_val=left, include_boundaries="right"
+        )
     fig, ax = _axes(ax, (9, 0.7 * len(chosen) + 1.6))
     lows = [f.min_exponent - f.mantissa_bits for f in chosen]
     highs = [math.log2(f.max) for f in chosen]
@@ -120,9 +118,8 @@ def format_ranges(
         normal = f.min_exponent
         ax.barh(y, normal - lo, left=lo, color=_SUBNORMAL, height=0.6)
         ax.barh(y, hi - normal, left=normal, color=_NORMAL, height=0.6)
-        for end, edge, marker in ((lo, left, "<"), (hi, right, ">")):
-            beyond = end < edge if marker == "<" else end > edge
-            if beyond:
+        for beyond, edge, marker in ((lo < left, left, "<"), (hi > right, right, ">")):
+            if beyond:  # an arrow head where the bar leaves the axes
                 clipped = True
                 ax.plot(edge, y, marker=marker, ms=11, color="k", mec="w", clip_on=False, zorder=3)
     ax.set_yticks(range(len(chosen)), [f.name for f in reversed(chosen)])
