@@ -381,13 +381,12 @@ class DynamicLossScaler(_Scaler):
             growth_factor, backoff_factor, growth_interval, min_scale, max_scale
         )
         scale = _scale_value("init_scale", init_scale)
-        if float(init_scale) < float(min_scale):  # the values given, not the rounded ones
+        high = math.inf if max_scale is None else float(max_scale)
+        if not float(min_scale) <= float(init_scale) <= high:  # as given, not as rounded
             raise ValueError(
-                f"init_scale={init_scale!r} is below min_scale={min_scale!r}, the floor of the "
-                "scale; pass a smaller min_scale to start lower"
+                f"init_scale={init_scale!r} lies outside [min_scale, max_scale] = "
+                f"[{min_scale!r}, {max_scale!r}]; the scale starts within its bounds"
             )
-        if max_scale is not None and float(init_scale) > float(max_scale):
-            raise ValueError(f"init_scale={init_scale!r} is above max_scale={max_scale!r}")
         scale = min(max(scale, settings[3]), settings[4] or FLOAT32_MAX)
         self._set(settings, scale, 0, 0, ScaleHistory())
 
