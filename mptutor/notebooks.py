@@ -153,22 +153,12 @@ def _run_all(
 
 
 def _previous_runs(path: Path) -> list[dict]:
-    """Read the runs of an earlier summary; a missing or unreadable one counts as none."""
+    """Return the runs of an earlier summary; none if it is missing or of another shape."""
     try:
         runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
-        for run in runs:
-            for entry in run["notebooks"]:
-                _Result(**entry)  # a TypeError for a summary of another shape
-    except (OSError, ValueError, KeyError, TypeError):
+        return [run for run in runs if all(_Result(**n) for n in run["notebooks"])]
+    except (OSError, ValueError, KeyError, TypeError):  # TypeError: fields of another shape
         return []
-    return runs
-
-
-def _seconds(text: str) -> int:
-    """Parse ``--timeout``: a whole number of seconds, at least 1."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of seconds >= 1, got {text!r}")
-    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 when every notebook passed, 1 otherwise, 2 for a bad path or an output folder that is
-        a file (found before any notebook runs).
+        0 when every notebook passed, 1 otherwise, 2 for bad arguments (before any notebook runs).
     """
     parser = argparse.ArgumentParser(
         prog="python -m mptutor.notebooks",
@@ -193,12 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", default="build", help="output folder (default: build)")
     where.add_argument("--in-place", action="store_true", help="overwrite each notebook")
-    parser.add_argument("--timeout", type=_seconds, default=1800, help="seconds per cell")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     parser.add_argument("--no-html", action="store_true", help="skip the HTML renderings")
     parser.add_argument("--append", action="store_true", help="add to the folder's summary")
     args = parser.parse_args(argv)
     if args.append and args.in_place:
         parser.error("--append adds to a summary in an output folder; --in-place writes none")
+    if args.timeout < 1:
+        parser.error(f"--timeout must be a whole number of seconds >= 1, got {args.timeout}")
     out = None if args.in_place else Path(args.out)
     try:
         results = _run_all(args.paths, out, args.timeout, not args.no_html, args.append)
