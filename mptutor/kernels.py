@@ -35,12 +35,10 @@ _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3,5})_")
 def is_tensor_core_kernel(name: str) -> bool:
     """Whether a CUDA kernel name denotes a Tensor Core kernel.
 
-    Recognises the naming of cuBLAS, cuDNN and CUTLASS kernels across generations: MMA shapes
-    (Volta ``884``, Turing ``1688``, Ampere ``16816``), ``tensorop``/``wmma``/``wgmma`` words,
-    ``sm80``/``sm90`` xmma kernels with FP16/BF16/TF32/FP8/INT8 operands, and Hopper's ``nvjet``
-    kernels whose type letters include ``h`` (FP16), ``b`` (BF16), ``t`` (TF32) or ``q``/``e``
-    (FP8). Plain FP32 kernels (``sgemm``, ``f32f32_f32f32``, ``ffma``, ``nvjet_sss``) and
-    element-wise kernels are not Tensor Core kernels.
+    cuBLAS, cuDNN and CUTLASS names tell it by MMA shapes (``884``, ``1688``, ``16816``), words
+    (``tensorop``, ``wmma``, ``wgmma``), 16-bit/TF32/FP8/INT8 operand types in GEMM and
+    convolution kernels, or ``nvjet`` type letters ``h``, ``b``, ``t``, ``q``, ``e``; ``sgemm``,
+    ``ffma`` and element-wise kernels are not Tensor Core kernels.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""PyTorch helpers: FP32 master weights, loss scaling, debugging, profiling, FP8, several processes.
+"""PyTorch helpers: FP32 master weights, debugging, profiling, FP8, several processes.
 
 Use it the d2l way (this package imports PyTorch; ``import mptutor`` does not)::
 
@@ -6,14 +6,8 @@ Use it the d2l way (this package imports PyTorch; ``import mptutor`` does not)::
 
     model = mpt.network_to_half(model).to(mpt.device())
 
-The notebooks write each mechanism out by hand first; these are the tested versions of the same
-code. For everyday training prefer ``torch.autocast`` with ``torch.amp.GradScaler`` (notebook
-05). One private module per job: ``_master_weights`` (the GTC 2018 talk's helpers and
-:class:`MasterWeightOptimizer`), ``_nonfinite`` (:func:`find_nonfinite`), ``_tensor_cores``
-(:func:`tensor_core_kernels`, :func:`count_host_syncs`, :func:`tensor_core_audit`),
-``_headroom`` (:func:`headroom`, :func:`stochastic_round`), ``_fp8`` (:class:`FP8Linear`),
-``_distributed`` (:class:`Workers`, :func:`launch`). Timing and the TF32 switch are in
-:mod:`mptutor.torch_perf`.
+The notebooks write each mechanism out by hand first; these are the tested versions. Timing and
+the TF32 switch are in :mod:`mptutor.torch_perf`.
 """
 
 import torch

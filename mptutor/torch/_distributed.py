@@ -21,10 +21,9 @@ import tempfile
 import time
 import traceback
 import weakref
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -35,8 +34,7 @@ from mptutor._checks import check_scalar
 __all__ = ["WorkerError", "Workers", "choose_backend", "launch"]
 
 
-@dataclass
-class _Run:
+class _Run(NamedTuple):
     """What one call brings back: each rank's result and output, the backend, the wall time."""
 
     results: list[Any]
@@ -63,18 +61,9 @@ class WorkerError(RuntimeError):
 
 
 def choose_backend(world_size: int = 2) -> str:
-    """Pick the process-group backend for ``world_size`` processes on this machine.
+    """Pick ``"nccl"`` (NCCL and a CUDA GPU for each of ``world_size`` processes) or ``"gloo"``.
 
-    Parameters
-    ----------
-    world_size : int, optional
-        Number of processes.
-
-    Returns
-    -------
-    str
-        ``"nccl"`` when NCCL is available and :func:`mptutor.torch.device` gives one CUDA GPU
-        per process, else ``"gloo"`` (CPU tensors).
+    GPUs hidden by ``MPTUTOR_DEVICE=cpu`` (see :func:`mptutor.torch.device`) do not count.
     """
     from mptutor.torch import device
 
@@ -169,10 +158,10 @@ def _cleanup(processes: list[Any], workdir: Path) -> None:
 
 
 class Workers:
-    """``world_size`` processes in one process group, kept for several calls.
+    """``world_size`` processes in one process group, kept for several calls (a context manager).
 
-    The processes start at the first :meth:`run` and stay until :meth:`close`, a failure
-    (which ends them all), garbage collection or the interpreter's exit. A context manager.
+    They start at the first :meth:`run` and stay until :meth:`close`, a failure, garbage
+    collection or the interpreter's exit.
 
     Parameters
     ----------
@@ -186,10 +175,9 @@ class Workers:
 
     Raises
     ------
-    TypeError
-        If ``world_size`` is not an integer or ``timeout`` not a number.
-    ValueError
-        If ``world_size`` or ``timeout`` is out of range, or ``backend`` unknown.
+    TypeError, ValueError
+        If ``world_size`` is not a positive integer, ``timeout`` not a positive number, or
+        ``backend`` unknown.
     """
 
     def __init__(
@@ -247,8 +235,7 @@ class Workers:
         Parameters
         ----------
         target : str
-            ``"package.module:function"`` or ``"path/to/file.py:function"`` (the file is read
-            again at every call).
+            ``"package.module:function"`` or ``"path/to/file.py:function"`` (read at every call).
         *args : object
             Further arguments (picklable), the same for every rank.
 
@@ -263,8 +250,7 @@ class Workers:
         TypeError, ValueError
             For a target that is not such a string.
         WorkerError
-            If a worker raised (the message holds its traceback), died, or the call took longer
-            than ``timeout``; every process has been ended.
+            If a worker raised (its traceback in the message), died, or ran past ``timeout``.
         """
         name = _target_name(target)
         start = time.perf_counter()
@@ -342,17 +328,12 @@ def launch(
     backend: str | None = None,
     timeout: float = 300.0,
 ) -> _Run:
-    """Run ``target(rank, world_size, device, *args)`` once in ``world_size`` new processes.
-
-    ``Workers(world_size, backend, timeout).run(target, *args)``, the processes ended before it
-    returns or raises.
+    """Run ``target`` once in ``world_size`` new processes, ended before this returns or raises.
 
     Parameters
     ----------
-    target : str
-        ``"package.module:function"`` or ``"path/to/file.py:function"``.
-    *args : object
-        Further arguments for ``target`` (picklable).
+    target, *args
+        As for :meth:`Workers.run`, which also says what is returned and raised.
     world_size, backend, timeout
         As for :class:`Workers`.
 
@@ -360,13 +341,6 @@ def launch(
     -------
     object
         As :meth:`Workers.run`.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad target or settings.
-    WorkerError
-        If a worker raised, died, or did not finish within ``timeout``.
     """
     with Workers(world_size, backend, timeout) as workers:
         return workers.run(target, *args)

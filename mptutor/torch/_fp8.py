@@ -75,22 +75,20 @@ class FP8Linear(nn.Linear):
     """A linear layer whose matrix products run in FP8 through ``torch._scaled_mm``.
 
     The input and the weight are cast to E4M3 (the FP32 weight stays), the output gradient to
-    ``grad_format``, each with its own per-tensor scale (``x * scale`` is cast, saturating);
-    both gradients come from the saved FP8 operands. ``scaling``: ``"none"`` (1), ``"current"``
-    (``max / amax`` of the tensor being cast) or ``"delayed"`` (:class:`mptutor.fp8.DelayedScaling`
-    on the device, in the buffers ``<role>_scale`` and ``<role>_amax_history`` for the roles
-    ``input``, ``weight`` and ``grad``; the output gradient's amax joins its window at the next
-    training forward).
+    ``grad_format``, each as ``x * scale`` with its own per-tensor scale, saturating; both
+    gradients come from the saved FP8 operands.
 
     Parameters
     ----------
     in_features, out_features, bias, device, dtype
         As for :class:`torch.nn.Linear` (the bias is added outside the FP8 product). On a GPU,
-        ``torch._scaled_mm`` wants the sizes and the number of input rows multiples of 16.
+        the sizes and the number of input rows must be multiples of 16.
     scaling : {"delayed", "current", "none"}, optional
-        How the scales are chosen.
+        ``"none"``: 1; ``"current"``: ``max / amax`` of the tensor being cast; ``"delayed"``:
+        :class:`mptutor.fp8.DelayedScaling` on the device, in the buffers ``<role>_scale`` and
+        ``<role>_amax_history`` (roles ``input``, ``weight``, ``grad``).
     history_len : int, optional
-        Amaxes kept for delayed scaling (its largest gives the scale).
+        Amaxes kept for delayed scaling (the largest gives the scale).
     grad_format : {"fp8_e5m2", "fp8_e4m3"}, optional
         The output gradient's format.
     fast_accum : bool, optional
@@ -168,22 +166,18 @@ class FP8Linear(nn.Linear):
 def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.Module:
     """Replace the model's :class:`torch.nn.Linear` layers by :class:`FP8Linear`, in place.
 
-    Each new layer takes over the old one's ``Parameter`` objects: an optimizer made before
-    still updates them.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model.
-    skip : collection of str, optional
-        Qualified names of linear layers to keep as they are (``"head"``, ``"blocks.0.fc1"``).
-    **options
-        Passed to :class:`FP8Linear` (``scaling``, ``history_len``, ``grad_format``, ...).
+    The new layers take over the old ones' ``Parameter`` objects (an optimizer still updates
+    them); ``skip`` names layers to keep (``"head"``); ``options`` go to :class:`FP8Linear`.
 
     Returns
     -------
     torch.nn.Module
         ``model`` itself.
+
+    Raises
+    ------
+    ValueError
+        If ``skip`` names no linear layer of the model, or an option is refused.
     """
     linear = {n for n, m in model.named_modules() if type(m) is nn.Linear}
     if set(skip) - linear:

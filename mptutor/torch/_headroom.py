@@ -1,8 +1,4 @@
-"""How close each module's outputs come to a format's largest value, and stochastic rounding.
-
-Notebooks 09 (:func:`headroom`) and 10 (:func:`stochastic_round`) write the same ideas out by
-hand first.
-"""
+"""How close each module's outputs come to a format's largest value; stochastic rounding."""
 
 from __future__ import annotations
 
@@ -22,7 +18,7 @@ class _Headroom:
     """Forward hooks that keep each module's largest output magnitude; see :func:`headroom`."""
 
     def __init__(self, model: nn.Module, fmt: Any = "fp16") -> None:
-        self._model = check_type(model, "model", nn.Module, "a torch.nn.Module")
+        check_type(model, "model", nn.Module, "a torch.nn.Module")
         self.fmt = formats.get(fmt)
         self._names = {module: name for name, module in model.named_modules()}
         self._amax: dict[str, torch.Tensor] = {}
@@ -79,8 +75,7 @@ def headroom(model: nn.Module, fmt: Any = "fp16") -> _Headroom:
     model : torch.nn.Module
         The model whose modules to watch.
     fmt : str or dtype, optional
-        The format to measure against, any spelling :func:`mptutor.formats.get` knows
-        (``"fp16"``, ``"bf16"``, ``"fp8_e4m3"``, ...).
+        A format :func:`mptutor.formats.get` knows (``"fp16"``, ``"bf16"``, ``"fp8_e4m3"``...).
 
     Returns
     -------
@@ -89,23 +84,8 @@ def headroom(model: nn.Module, fmt: Any = "fp16") -> _Headroom:
 
     Raises
     ------
-    TypeError
-        If ``model`` is not a ``torch.nn.Module``.
-    ValueError
-        If ``fmt`` is not a known format; the message lists them.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from torch import nn
-    >>> from mptutor import torch as mpt
-    >>> model = nn.Sequential(nn.Linear(2, 2, bias=False), nn.ReLU())
-    >>> with torch.no_grad():
-    ...     _ = model[0].weight.copy_(torch.eye(2))
-    ...     with mpt.headroom(model, fmt="fp16") as room:
-    ...         _ = model(torch.tensor([[32752.0, -1e5]]))
-    >>> {name: round(ratio, 3) for name, ratio in room.peaks.items()}
-    {'': 0.5, '0': 1.527, '1': 0.5}
+    TypeError, ValueError
+        If ``model`` is not a ``torch.nn.Module``, or ``fmt`` not a known format.
     """
     return _Headroom(model, fmt)
 
@@ -136,21 +116,9 @@ def stochastic_round(
 
     Raises
     ------
-    TypeError
-        If ``x`` is not a floating-point tensor or ``generator`` not a ``torch.Generator``.
-    ValueError
-        If ``dtype`` is neither, or the generator is on another device than ``x``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from mptutor import torch as mpt
-    >>> x = torch.full((100_000,), 1 + 2**-9)  # a quarter of the way from 1 to 1 + 2**-7
-    >>> r = mpt.stochastic_round(x, generator=torch.Generator().manual_seed(0))
-    >>> sorted(set(r.float().tolist()))
-    [1.0, 1.0078125]
-    >>> round((r > 1).float().mean().item(), 2)
-    0.25
+    TypeError, ValueError
+        If ``x`` is not a floating-point tensor, ``dtype`` neither 16-bit type, or ``generator``
+        not a ``torch.Generator`` on ``x``'s device.
     """
     check_type(x, "x", torch.Tensor, "a floating-point torch.Tensor")
     if not x.is_floating_point():

@@ -1,10 +1,7 @@
 """FP32 master weights for an FP16/BF16 model: the talk's helpers and the optimizer.
 
-:func:`prep_param_lists`, :func:`model_grads_to_master_grads`,
-:func:`master_params_to_model_params` and :func:`bn_to_float` (``BN_convert_float``) are named
-after the functions of the GTC 2018 talk "Training Neural Networks with Mixed Precision";
-:class:`MasterWeightOptimizer` bundles them with loss scaling, skipped steps, clipping and
-checkpoints.
+The functions are named after those of the GTC 2018 talk "Training Neural Networks with Mixed
+Precision"; :class:`MasterWeightOptimizer` adds loss scaling, skipped steps and checkpoints.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ __all__ = [
     "MasterWeightOptimizer",
 ]
 
-OptimizerOrFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer] | torch.optim.Optimizer
+Factory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
 
 _SCALER = "None or a LossScaler such as DynamicLossScaler() or StaticLossScaler(128.0)"
 _KEYS = {"master_params", "optimizer", "optimizer_type", "loss_scaler"}
@@ -44,15 +41,10 @@ def bn_to_float(module: nn.Module) -> nn.Module:
 
     BatchNorm sums over the batch for its statistics; in FP32 those sums keep their precision.
 
-    Parameters
-    ----------
-    module : torch.nn.Module
-        Any module; its BatchNorm descendants (and itself, if it is one) are converted.
-
     Returns
     -------
     torch.nn.Module
-        The same module.
+        ``module`` itself, its BatchNorm layers (and itself, if it is one) in FP32.
 
     Raises
     ------
@@ -69,15 +61,10 @@ def bn_to_float(module: nn.Module) -> nn.Module:
 def network_to_half(module: nn.Module) -> nn.Module:
     """Convert a module to FP16 in place, except its BatchNorm layers, which stay FP32.
 
-    Parameters
-    ----------
-    module : torch.nn.Module
-        The network.
-
     Returns
     -------
     torch.nn.Module
-        The same module, ready for FP16 inputs.
+        ``module`` itself, ready for FP16 inputs.
 
     Raises
     ------
@@ -101,16 +88,6 @@ def _tensors(values: Any, name: str) -> list[torch.Tensor]:
     return found
 
 
-def _trainable(model: Any) -> list[torch.Tensor]:
-    """Return the parameters with ``requires_grad``; a ValueError if there are none."""
-    found = [p for p in _tensors(model, "model") if p.requires_grad]
-    if not found:
-        raise ValueError(
-            "no trainable parameters: the model (or list) has no parameter with requires_grad=True"
-        )
-    return found
-
-
 def _check_copies(model_params: Any, master_params: Any) -> None:
     """Check that the two lists of :func:`prep_param_lists` fit each other."""
     shapes = [tuple(p.shape) for p in _tensors(model_params, "model_params")]
@@ -124,17 +101,11 @@ def prep_param_lists(
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Make FP32 master copies of a model's trainable parameters.
 
-    Parameters
-    ----------
-    model : torch.nn.Module or iterable of torch.Tensor
-        The (usually FP16) model, or its parameters.
-
     Returns
     -------
-    model_params : list of torch.Tensor
-        The model's trainable parameters.
-    master_params : list of torch.Tensor
-        One FP32 leaf tensor with ``requires_grad=True`` per parameter.
+    model_params, master_params : list of torch.Tensor
+        The trainable parameters of ``model`` (a module or its parameters), and an FP32 leaf
+        copy of each with ``requires_grad=True``.
 
     Raises
     ------
@@ -143,7 +114,11 @@ def prep_param_lists(
     ValueError
         If there is no trainable parameter.
     """
-    model_params = _trainable(model)
+    model_params = [p for p in _tensors(model, "model") if p.requires_grad]
+    if not model_params:
+        raise ValueError(
+            "no trainable parameters: the model (or list) has no parameter with requires_grad=True"
+        )
     return model_params, [nn.Parameter(p.detach().clone().float()) for p in model_params]
 
 
@@ -221,8 +196,7 @@ def gradient_stats(
 ) -> gradients.GradientStats:
     """Measure the gradients now in a model's ``.grad`` against a format.
 
-    The PyTorch side of :func:`mptutor.gradients.gradient_stats`; each gradient is copied to the
-    host in FP32 and counted there.
+    :func:`mptutor.gradients.gradient_stats` of the gradients, copied to the host in FP32.
 
     Parameters
     ----------
@@ -234,7 +208,6 @@ def gradient_stats(
     Returns
     -------
     mptutor.gradients.GradientStats
-        Counts of zeros, infs/NaNs, values ``fmt`` would flush or overflow, and the exponents.
 
     Raises
     ------
@@ -251,17 +224,15 @@ def gradient_stats(
 class MasterWeightOptimizer:
     """Train an FP16 (or BF16) model with FP32 master weights, loss scaling and skipped steps.
 
-    Each step copies the model's gradients to the FP32 masters, unscales them and looks for
-    inf/NaN in one fused kernel, reads that one flag on the host, and either skips the update or
-    clips (if asked), steps the optimizer and copies the masters back into the model. The loss
-    scaler then adjusts the scale.
+    A step copies the gradients to the FP32 masters, unscales them and checks for inf/NaN in one
+    fused kernel, reads that flag on the host (one sync), then skips the update or clips, steps
+    and copies the masters into the model; the loss scaler adjusts the scale.
 
     Parameters
     ----------
-    optimizer : callable or torch.optim.Optimizer
-        A factory that takes the list of FP32 master parameters and returns an optimizer over
-        them (``lambda params: torch.optim.SGD(params, lr=0.1)``), or an optimizer built on the
-        model's parameters with no state yet (its parameters are swapped for the masters).
+    optimizer : callable
+        Takes the list of FP32 master parameters and returns an optimizer over them
+        (``lambda params: torch.optim.SGD(params, lr=0.1)``).
     model : torch.nn.Module
         The model; at least one trainable parameter must be FP16 or BF16.
     loss_scaler : mptutor.scaling.LossScaler, optional
@@ -273,28 +244,17 @@ class MasterWeightOptimizer:
     Raises
     ------
     TypeError
-        If ``model`` is not a module, ``optimizer`` is neither an optimizer nor a factory of
-        one, or ``loss_scaler`` is not a loss scaler (a number is not).
+        If ``model`` is not a module, ``optimizer`` not a factory of optimizers, or
+        ``loss_scaler`` not a loss scaler (a number is not).
     ValueError
         If the model has no FP16/BF16 trainable parameter, ``clip_norm`` is not a positive
-        finite number, the optimizer already has state or holds other tensors, the factory
-        ignored its argument, or the scaler's floor is below ``2**-126``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from mptutor import torch as mpt
-    >>> model = mpt.network_to_half(torch.nn.Linear(8, 4))
-    >>> opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=0.1), model)
-    >>> loss = model(torch.randn(2, 8, dtype=torch.half)).float().pow(2).mean()
-    >>> opt.backward(loss)
-    >>> opt.step()
-    True
+        finite number, the factory ignored its argument, or the scaler's floor is below
+        ``2**-126``.
     """
 
     def __init__(
         self,
-        optimizer: OptimizerOrFactory,
+        optimizer: Factory,
         model: nn.Module,
         loss_scaler: LossScaler | None = None,
         clip_norm: float | None = None,
@@ -310,15 +270,14 @@ class MasterWeightOptimizer:
                 "unscaled by float32(1 / scale), which overflows there; use a higher floor"
             )
         self.clip_norm = optional_positive("clip_norm", clip_norm)
-        model_params = _trainable(model)
-        if not any(p.dtype in (torch.float16, torch.bfloat16) for p in model_params):
-            dtypes = sorted({str(p.dtype) for p in model_params})
+        self.model_params, self.master_params = prep_param_lists(model)
+        if not any(p.dtype in (torch.float16, torch.bfloat16) for p in self.model_params):
+            dtypes = sorted({str(p.dtype) for p in self.model_params})
             raise ValueError(
                 f"the model's trainable parameters are {', '.join(dtypes)}; MasterWeightOptimizer "
                 "keeps FP32 master copies of float16/bfloat16 weights, so convert the model first "
                 "(mptutor.torch.network_to_half(model)) or train it in FP32 with torch.autocast"
             )
-        self.model_params, self.master_params = prep_param_lists(model_params)
         self.model = model
         self.loss_scaler: LossScaler = loss_scaler
         self.optimizer = self._attach(optimizer)
@@ -327,30 +286,14 @@ class MasterWeightOptimizer:
         self._inv_scale = torch.ones(1, device=device)
         self._scaler_steps = loss_scaler.history.steps  # to notice a scaler updated elsewhere
 
-    def _attach(self, optimizer: OptimizerOrFactory) -> torch.optim.Optimizer:
-        """Return the optimizer over the master parameters, built or swapped in."""
-        if isinstance(optimizer, torch.optim.Optimizer):
-            if optimizer.state:
-                raise ValueError(
-                    "the optimizer already has state; pass a fresh optimizer or a factory"
-                )
-            swap = dict(zip(map(id, self.model_params), self.master_params, strict=True))
-            held = [p for group in optimizer.param_groups for p in group["params"]]
-            missing = [p for p in held if id(p) not in swap]
-            if missing:  # checked for every group before any group is changed
-                raise ValueError(
-                    f"the optimizer holds {len(missing)} tensor(s) that are not trainable "
-                    "parameters of the model"
-                )
-            for group in optimizer.param_groups:
-                group["params"] = [swap[id(p)] for p in group["params"]]
-            return optimizer
-        if not callable(optimizer):
+    def _attach(self, factory: Factory) -> torch.optim.Optimizer:
+        """Return the optimizer the factory builds over the master parameters."""
+        if not callable(factory) or isinstance(factory, torch.optim.Optimizer):
             raise TypeError(
-                "optimizer must be a torch.optim.Optimizer or a factory taking the master "
-                f"parameters, got {optimizer!r:.80} of type {type(optimizer).__name__}"
+                "optimizer must be a factory taking the master parameters, such as "
+                f"lambda params: torch.optim.SGD(params, lr=0.1), got {type(factory).__name__}"
             )
-        built = optimizer(self.master_params)
+        built = factory(self.master_params)
         if not isinstance(built, torch.optim.Optimizer):
             raise TypeError(
                 f"the optimizer factory returned {type(built).__name__}, not an optimizer"
@@ -373,17 +316,7 @@ class MasterWeightOptimizer:
         return self.loss_scaler.scale
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """Return the loss in FP32, multiplied by the current scale.
-
-        Parameters
-        ----------
-        loss : torch.Tensor
-            A loss with one element.
-
-        Returns
-        -------
-        torch.Tensor
-            ``loss.float() * scale``; call ``.backward()`` on it.
+        """Return ``loss.float() * scale``, to call ``.backward()`` on.
 
         Raises
         ------
@@ -410,20 +343,18 @@ class MasterWeightOptimizer:
             p.grad = None
 
     def step(self) -> bool:
-        """Unscale, check, and apply (or skip) one update; then update the loss scale.
+        """Unscale, check, apply or skip one update, update the loss scale, clear the gradients.
 
         Returns
         -------
         bool
-            ``True`` if the update was applied, ``False`` if it was skipped (a gradient was inf
-            or NaN). Gradients are cleared either way.
+            ``False`` if the update was skipped because a gradient was inf or NaN.
 
         Raises
         ------
         RuntimeError
             Before anything changes: if no parameter has a gradient, the loss scaler was
-            updated elsewhere since this optimizer's last step (use :meth:`step_all`), or
-            ``1 / scale`` overflows float32.
+            updated elsewhere (use :meth:`step_all`), or ``1 / scale`` overflows float32.
         """
         return MasterWeightOptimizer.step_all(self)[0]
 
@@ -431,13 +362,8 @@ class MasterWeightOptimizer:
     def step_all(*optimizers: MasterWeightOptimizer) -> list[bool]:
         """Step several optimizers that share one loss scaler, updating the scale once.
 
-        As ``torch.amp.GradScaler`` with several optimizers: each steps unless its own
-        gradients hold inf or NaN; the scaler sees an overflow if any found one. One host sync.
-
-        Parameters
-        ----------
-        *optimizers : MasterWeightOptimizer
-            One or more, all with the same ``loss_scaler`` object.
+        As ``torch.amp.GradScaler``: each steps unless its own gradients hold inf or NaN; the
+        scaler sees an overflow if any found one. One host sync.
 
         Returns
         -------
@@ -451,7 +377,7 @@ class MasterWeightOptimizer:
         ValueError
             If none is given, one is given twice, or they do not share one scaler.
         RuntimeError
-            As :meth:`step`, before anything changes.
+            As :meth:`step`.
         """
         for i, opt in enumerate(optimizers):
             check_type(opt, f"optimizers[{i}]", MasterWeightOptimizer, "a MasterWeightOptimizer")
@@ -511,14 +437,7 @@ class MasterWeightOptimizer:
         _masters_to_model(self.model_params, self.master_params)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume bit-exactly: master weights, optimizer and scaler state.
-
-        Returns
-        -------
-        dict
-            ``{"master_params", "optimizer", "optimizer_type", "loss_scaler"}``; the FP16
-            weights are not saved, they are recomputed from the masters.
-        """
+        """Return what resumes training bit-exactly: master weights, optimizer and scaler state."""
         kind = type(self.optimizer)
         return {
             "master_params": [p.detach().clone() for p in self.master_params],
@@ -530,42 +449,24 @@ class MasterWeightOptimizer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` and copy the master weights into the model.
 
-        Everything is checked before anything changes: on an error the master weights, the
-        model, the optimizer and the scaler are as they were.
-
-        Parameters
-        ----------
-        state : dict
-            From :meth:`state_dict`.
-
         Raises
         ------
         ValueError
-            If the state does not fit this optimizer: its keys, the master weights' count, shapes,
-            dtype or finiteness, the optimizer's type or parameter groups, or the scaler's state.
+            If the state does not fit this optimizer (keys, master weights, optimizer, scaler);
+            nothing has changed then.
         """
         if not isinstance(state, Mapping) or set(state) != _KEYS:
             have = sorted(map(str, state)) if isinstance(state, Mapping) else type(state).__name__
             raise ValueError(
                 f"not a MasterWeightOptimizer state: need keys {sorted(_KEYS)}, got {have}"
             )
-        saved = state["master_params"]
-        if not isinstance(saved, (list, tuple)) or not all(
-            isinstance(p, torch.Tensor) for p in saved
-        ):
-            raise ValueError(f"state['master_params'] must be a list of tensors, got {saved!r:.80}")
-        shapes = [tuple(p.shape) for p in self.master_params]
-        if [tuple(p.shape) for p in saved] != shapes:
-            raise ValueError(
-                f"master weight shapes differ: saved {[tuple(p.shape) for p in saved]}, "
-                f"model {shapes}"
-            )
-        for i, p in enumerate(saved):
-            if p.dtype != torch.float32 or not torch.isfinite(p).all():
-                raise ValueError(
-                    f"state['master_params'][{i}] must be finite float32, got {p.dtype}"
-                    + ("" if p.dtype != torch.float32 else " holding inf or NaN")
-                )
+        saved, shapes = state["master_params"], [tuple(p.shape) for p in self.master_params]
+        ok = isinstance(saved, (list, tuple)) and all(isinstance(p, torch.Tensor) for p in saved)
+        want = [(torch.float32, shape) for shape in shapes]
+        if not ok or [(p.dtype, tuple(p.shape)) for p in saved] != want:
+            raise ValueError(f"state['master_params'] must be float32 tensors of shapes {shapes}")
+        if not all(torch.isfinite(p).all() for p in saved):
+            raise ValueError("state['master_params'] hold inf or NaN")
         kind = type(self.optimizer)
         name = f"{kind.__module__}.{kind.__qualname__}"
         if state["optimizer_type"] != name:
@@ -589,12 +490,7 @@ class MasterWeightOptimizer:
         _masters_to_model(self.model_params, self.master_params)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write a checkpoint atomically: a crash never leaves a half-written file at ``path``.
-
-        Parameters
-        ----------
-        path : path-like
-            Destination file.
+        """Write :meth:`state_dict` to a file atomically: never a half-written file at ``path``.
 
         Raises
         ------
@@ -611,11 +507,6 @@ class MasterWeightOptimizer:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Read a checkpoint written by :meth:`save`; on any error nothing changes.
-
-        Parameters
-        ----------
-        path : path-like
-            The checkpoint file.
 
         Raises
         ------

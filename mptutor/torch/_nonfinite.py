@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from mptutor._checks import check_type
+
 __all__ = ["find_nonfinite"]
 
 _LOSS = "<loss_fn>"  # the name the loss function gets in a record
@@ -203,12 +205,10 @@ def find_nonfinite(
     Returns
     -------
     record or None
-        ``None`` when every activation (and gradient) was finite; else a record that prints as
-        one sentence, with ``module`` (its qualified name, ``""`` for the model's own forward
-        code, ``"<loss_fn>"``), ``module_type``, ``phase`` (``"forward"`` or ``"backward"``),
-        ``dtype``, ``op`` (the autograd operation, backward only), ``n_inf``, ``n_nan``,
-        ``numel``, ``largest_finite`` (the largest finite magnitude going in and out there) and
-        ``detail``.
+        ``None`` when all was finite; else a record that prints as a sentence, with ``module``
+        (``""`` for the model's own code, ``"<loss_fn>"``), ``module_type``, ``phase``, ``dtype``,
+        ``op`` (autograd's, backward only), ``n_inf``, ``n_nan``, ``numel``, ``largest_finite``
+        and ``detail``.
 
     Raises
     ------
@@ -217,13 +217,9 @@ def find_nonfinite(
     ValueError
         If an input already holds inf/NaN, or the loss is not a scalar that requires a gradient.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if loss_fn is not None and not callable(loss_fn):
-        raise TypeError(
-            f"loss_fn must be a callable mapping the model's output to a loss, "
-            f"got {type(loss_fn).__name__}"
-        )
+    check_type(model, "model", nn.Module, "a torch.nn.Module")
+    if loss_fn is not None:
+        check_type(loss_fn, "loss_fn", Callable, "a callable mapping the model's output to a loss")
     for i, value in enumerate(inputs):
         n_inf, n_nan, _ = _counts(_float_tensors(value))
         if n_inf or n_nan:

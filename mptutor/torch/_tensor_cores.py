@@ -1,8 +1,6 @@
 """Tensor Cores: which CUDA kernels of a call ran on them, which layer sizes keep GEMMs off them.
 
-:func:`tensor_core_kernels` and :func:`count_host_syncs` need a CUDA GPU and say so on a CPU;
-kernel names are judged by the framework-free :func:`mptutor.kernels.is_tensor_core_kernel`.
-:func:`tensor_core_audit` reads only the modules' sizes, so it works on any device.
+Profiling needs a CUDA GPU (and says so on a CPU); the audit reads only the layers' sizes.
 """
 
 from __future__ import annotations
@@ -52,14 +50,14 @@ def _kernels(events: Iterable[Any]) -> list[_Kernel]:
 
 
 def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[_Kernel]:
-    """Run ``fn`` under the PyTorch profiler and list the CUDA kernels it launched.
+    """Run ``fn()`` under the PyTorch profiler and list the CUDA kernels it launched.
 
     Parameters
     ----------
     fn : callable
-        Called with no arguments; it should launch the GPU work to inspect.
+        Launches the GPU work to inspect.
     warmup : int, optional
-        Unprofiled calls first (cuDNN autotuning and lazy initialisation are not profiled).
+        Unprofiled calls first.
 
     Returns
     -------
@@ -94,17 +92,12 @@ def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[_Kernel]
 
 
 def count_host_syncs(fn: Callable[[], Any]) -> int:
-    """Count the times ``fn`` makes the host wait for the GPU (``torch.cuda.set_sync_debug_mode``).
-
-    Parameters
-    ----------
-    fn : callable
-        Called once with no arguments, after the device has been synchronised.
+    """Count the times ``fn()`` makes the host wait for the GPU (``.item()``, ``.cpu()``, ...).
 
     Returns
     -------
     int
-        The synchronising calls PyTorch reported (``.item()``, ``.cpu()``, ...).
+        The synchronising calls ``torch.cuda.set_sync_debug_mode("warn")`` reported.
 
     Raises
     ------
@@ -154,32 +147,22 @@ class _Audit(list):
 
 def _sizes(module: nn.Module) -> list[tuple[str, int, str]]:
     """Return (setting, size, what it is) for the GEMM dimensions a layer fixes."""
-    if isinstance(module, nn.Linear):
-        return [
-            ("in_features", module.in_features, "a GEMM dimension (K)"),
-            ("out_features", module.out_features, "a GEMM dimension (N)"),
-        ]
-    if isinstance(module, nn.modules.conv._ConvNd):
-        groups = module.groups
-        if groups > 1 and groups == module.in_channels:
-            return []  # depthwise: not a matrix product
-        per_group = " per group" if groups > 1 else ""
-        return [
-            ("in_channels", module.in_channels // groups, "input channels" + per_group),
-            ("out_channels", module.out_channels // groups, "output channels" + per_group),
-        ]
-    if isinstance(module, nn.MultiheadAttention):
-        return [
-            ("embed_dim", module.embed_dim, "a GEMM dimension of every projection"),
-            ("head_dim", module.head_dim, "the attention GEMMs' inner dimension"),
-        ]
-    if isinstance(module, nn.RNNBase):
-        return [
-            ("input_size", module.input_size, "a GEMM dimension of the input projection"),
-            ("hidden_size", module.hidden_size, "a GEMM dimension of every step"),
-        ]
-    if isinstance(module, nn.Embedding):
-        return [("num_embeddings", module.num_embeddings, "vocabulary")]
+    m = module
+    if isinstance(m, nn.Linear):
+        return [("in_features", m.in_features, "a GEMM dimension (K)"),
+                ("out_features", m.out_features, "a GEMM dimension (N)")]  # fmt: skip
+    if isinstance(m, nn.modules.conv._ConvNd) and not 1 < m.groups == m.in_channels:  # depthwise
+        per = " per group" if m.groups > 1 else ""
+        return [("in_channels", m.in_channels // m.groups, "input channels" + per),
+                ("out_channels", m.out_channels // m.groups, "output channels" + per)]  # fmt: skip
+    if isinstance(m, nn.MultiheadAttention):
+        return [("embed_dim", m.embed_dim, "a GEMM dimension of every projection"),
+                ("head_dim", m.head_dim, "the attention GEMMs' inner dimension")]  # fmt: skip
+    if isinstance(m, nn.RNNBase):
+        return [("input_size", m.input_size, "a GEMM dimension of the input projection"),
+                ("hidden_size", m.hidden_size, "a GEMM dimension of every step")]  # fmt: skip
+    if isinstance(m, nn.Embedding):
+        return [("num_embeddings", m.num_embeddings, "vocabulary")]
     return []
 
 
@@ -190,11 +173,6 @@ def tensor_core_audit(model: nn.Module) -> _Audit:
     for FP16/BF16: ``Linear`` features, convolution channels (per group), attention and
     recurrent sizes. ``Linear`` outputs and ``Embedding`` rows of 1000 or more are named
     vocabulary-sized: padding a vocabulary with unused entries is free. Nothing runs.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        Any model, on any device.
 
     Returns
     -------
