@@ -1,11 +1,8 @@
-"""Timing a function, and reading the measurement records that the benchmarks wrote.
+"""Timing a function, and reading the measurement records that ``benchmarks/`` wrote.
 
-Framework-free: this module never imports a deep-learning framework. A CUDA device is
-synchronised through PyTorch only when the caller has already imported it (it is then in
-``sys.modules``). The records are JSON files under ``data/results/``, written by the scripts in
-``benchmarks/`` with their provenance (machine, versions, date, command, commit, raw timings);
-notebooks read them here and show them labelled as recorded (:func:`label`). Writing records,
-the project's performance targets and their checking belong to ``benchmarks/``, not here.
+Framework-free: a CUDA device is synchronised through PyTorch only when the caller has imported
+it. The records are JSON files in ``data/results/`` with their provenance (machine, versions,
+date, command, commit, raw timings); notebooks show them labelled as recorded (:func:`label`).
 """
 
 from __future__ import annotations
@@ -61,17 +58,9 @@ class Timing:
         """Median seconds per call."""
         return statistics.median(self.times)
 
-    @property
-    def spread(self) -> float:
-        """Interquartile range divided by the median (0 for fewer than 4 samples)."""
-        if len(self.times) < 4:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.times, n=4)
-        return (q3 - q1) / self.median
-
     def as_dict(self) -> dict[str, Any]:
-        """Return the raw times with their median and spread (no empty note), for a JSON record."""
-        out = {"median_s": self.median, "spread": self.spread, **asdict(self)}
+        """Return the raw times with their median (and a note only if any), for a JSON record."""
+        out = {"median_s": self.median, **asdict(self)}
         return out if self.note else {k: v for k, v in out.items() if k != "note"}
 
 
@@ -103,10 +92,9 @@ def time_fn(
     warmup : int, optional
         Untimed calls first (kernel selection, caches, allocator).
     device : str or torch.device, optional
-        ``"cpu"`` or ``"cuda"``/``"cuda:N"``: on CUDA each call is bracketed by
-        ``torch.cuda.synchronize()`` so the time covers the GPU work. Each call is timed
-        alone: for work shorter than a few milliseconds on a GPU, time many calls per sample
-        instead (``mptutor.torch_perf.time_calls``).
+        ``"cpu"`` or ``"cuda"``/``"cuda:N"``: on CUDA the device is waited for after each call,
+        so the time covers the GPU work. For GPU work shorter than a few milliseconds, time many
+        calls per sample instead (``mptutor.torch_perf.time_calls``).
 
     Returns
     -------
@@ -213,20 +201,18 @@ def find_records(
         If a file in the folder is not a measurement record (the message names it).
     """
     folder = Path(results_dir) if results_dir is not None else _RESULTS
-    found = []
-    for path in sorted(folder.glob("*.json")):
-        record = _read_record(path)
-        if kind is not None and record_kind(record) != kind:
-            continue
-        if device is not None and _record_device(record) != device:
-            continue
-        if record["data"].get("smoke") and not include_smoke:
-            continue
-        found.append((path, record))
-    return found
+    found = [(path, _read_record(path)) for path in sorted(folder.glob("*.json"))]
+    return [
+        (path, r)
+        for path, r in found
+        if kind in (None, record_kind(r))
+        and device in (None, _record_device(r))
+        and (include_smoke or not r["data"].get("smoke"))
+    ]
 
 
 def _machine(record: dict[str, Any]) -> str:
+    """Name the machine of a record: its first GPU if it ran on one, else its CPU."""
     hw = record["hardware"]
     if _record_device(record) == "cuda" and hw.get("gpus"):
         gpu = hw["gpus"][0]

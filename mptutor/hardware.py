@@ -53,14 +53,6 @@ _TENSOR_CORES_FROM = {"fp16": (7, 0), "tf32": (8, 0), "bf16": (8, 0), "fp8_e4m3"
 _CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
 
 
-def _capability(value: Any) -> tuple[int, int]:
-    """Check a compute capability: ``(major, minor)``, two whole numbers >= 0."""
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise TypeError(f"compute_capability must be (major, minor), e.g. (9, 0), got {value!r}")
-    major, minor = (check_scalar(v, "compute_capability's parts", int, min_val=0) for v in value)
-    return major, minor
-
-
 @dataclass(frozen=True)
 class GpuInfo:
     """One GPU and the low-precision arithmetic its Tensor Cores take.
@@ -88,11 +80,11 @@ class GpuInfo:
     memory_gib: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "compute_capability", _capability(self.compute_capability))
-
-    def _takes(self, precision: str) -> bool:
-        """Whether the Tensor Cores take a precision (a key of ``_TENSOR_CORES_FROM``)."""
-        return self.compute_capability >= _TENSOR_CORES_FROM[precision]
+        cc = self.compute_capability
+        if not isinstance(cc, (tuple, list)) or len(cc) != 2:
+            raise TypeError(f"compute_capability must be (major, minor), e.g. (9, 0), got {cc!r}")
+        cc = tuple(check_scalar(v, "compute_capability's parts", int, min_val=0) for v in cc)
+        object.__setattr__(self, "compute_capability", cc)
 
     @property
     def architecture(self) -> str:
@@ -103,22 +95,22 @@ class GpuInfo:
     @property
     def tensor_cores(self) -> bool:
         """Whether the GPU has Tensor Cores (Volta, compute capability 7.0, and later)."""
-        return self._takes("fp16")
+        return self.compute_capability >= _TENSOR_CORES_FROM["fp16"]
 
     @property
     def tf32(self) -> bool:
         """Whether FP32 matrix products can run as TF32 on Tensor Cores (8.0 and later)."""
-        return self._takes("tf32")
+        return self.compute_capability >= _TENSOR_CORES_FROM["tf32"]
 
     @property
     def bf16(self) -> bool:
         """Whether the Tensor Cores take BF16 (Ampere, 8.0, and later)."""
-        return self._takes("bf16")
+        return self.compute_capability >= _TENSOR_CORES_FROM["bf16"]
 
     @property
     def fp8(self) -> bool:
         """Whether the Tensor Cores take FP8 (Ada 8.9, Hopper 9.0 and later)."""
-        return self._takes("fp8_e4m3")
+        return self.compute_capability >= _TENSOR_CORES_FROM["fp8_e4m3"]
 
 
 @dataclass
@@ -263,13 +255,11 @@ def _gpus_from_torch() -> tuple[list[GpuInfo], str | None] | None:
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "cuda"):
         return None
-    if not torch.cuda.is_available():
-        return [], torch.version.cuda
-    found = []
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        found.append(GpuInfo(i, props.name, (props.major, props.minor), props.total_memory / 2**30))
-    return found, torch.version.cuda
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    props = [torch.cuda.get_device_properties(i) for i in range(count)]
+    return [
+        GpuInfo(i, p.name, (p.major, p.minor), p.total_memory / 2**30) for i, p in enumerate(props)
+    ], torch.version.cuda
 
 
 def _nvidia_smi(query: str) -> list[list[str]]:
@@ -338,11 +328,6 @@ def pick(cpu: T, gpu: T, on: Any = None) -> T:
     ------
     TypeError
         If ``on`` is not a device, a device string or ``None``.
-
-    Examples
-    --------
-    >>> pick(cpu=32, gpu=256, on="/CPU:0")
-    32
     """
     if on is None:
         if _device_override() == "cpu":
@@ -389,10 +374,7 @@ def report(refresh: bool = False) -> HardwareReport:
     result = HardwareReport(
         python=platform.python_version(),
         system=f"{platform.system()} {platform.machine()}",
-        cpu=" ".join(_cpuinfo("model name").split())
-        or platform.processor()
-        or platform.machine()
-        or "unknown CPU",
+        cpu=" ".join(_cpuinfo("model name").split()) or platform.processor() or "unknown CPU",
         cpu_count=os.cpu_count() or 1,
         cpu_features={flag: flag in flags for flag in _CPU_FLAGS},
         gpus=gpu_list,
@@ -402,7 +384,3 @@ def report(refresh: bool = False) -> HardwareReport:
     )
     _CACHE["report"] = result
     return result
-
-
-if __name__ == "__main__":  # pragma: no cover - manual use: python -m mptutor.hardware
-    print(report())

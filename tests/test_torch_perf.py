@@ -13,7 +13,7 @@ from torch import nn
 
 from mptutor import bench
 from mptutor import torch_perf as tp
-from mptutor.torch_perf import _gemm, _timing
+from mptutor.torch_perf import _gemm, _timing, _training
 
 
 def test_is_cuda_accepts_device_indices():
@@ -59,7 +59,8 @@ def test_set_tf32_falls_back_to_allow_tf32_where_fp32_precision_is_missing():
         "import torch\n"
         "from mptutor import torch_perf as tp\n"
         "from mptutor.torch_perf import _timing\n"
-        "_timing._tf32_api = lambda: None\n"
+        "old = ('allow_tf32', torch.backends.cuda.matmul, torch.backends.cudnn)\n"
+        "_timing._tf32_switches = lambda: old\n"
         "before = _timing._set_tf32(True)\n"
         "assert before == {'api': 'allow_tf32', 'matmul': False, 'cudnn_conv': True}, before\n"
         "assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32\n"
@@ -143,16 +144,13 @@ def test_time_calls_rejects_bad_arguments():
         tp.time_calls(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="min_sample_s"):
         tp.time_calls(lambda: None, min_sample_s=-1)
-    with pytest.raises(ValueError, match="max_inner"):
-        tp.time_calls(lambda: None, max_inner=0)
     with pytest.raises(TypeError, match="warmup must be an int"):
         tp.time_calls(lambda: None, warmup=1.5)
 
 
-def test_time_calls_stops_at_max_inner():
-    timing = tp.time_calls(
-        lambda: None, "cpu", repeats=2, warmup=0, min_sample_s=10.0, max_inner=64
-    )
+def test_time_calls_stops_at_its_most_calls_per_sample(monkeypatch):
+    monkeypatch.setattr(_timing, "_MAX_INNER", 64)
+    timing = tp.time_calls(lambda: None, "cpu", repeats=2, warmup=0, min_sample_s=10.0)
     assert timing.inner == 64
 
 
@@ -243,9 +241,7 @@ def test_fp8_rows_say_how_they_accumulate():
 
 
 def test_conv_step_times_clears_gradients_and_runs_each_shape():
-    rows = tp.conv_step_times(
-        2, 4, [6, 8], autotune=True, layouts=["channels_last"], repeats=2, fresh_process=False
-    )
+    rows = _training._conv_steps(2, 4, [6, 8], "float32", True, ["channels_last"], "cpu", 2)
     assert [(r["image side"], r["layout"], r["cudnn.benchmark"]) for r in rows] == [
         (6, "channels_last", True),
         (8, "channels_last", True),

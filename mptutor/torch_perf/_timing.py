@@ -22,18 +22,20 @@ from mptutor.bench import Timing
 
 __all__ = ["tf32_settings", "tf32", "time_calls"]
 
+_MAX_INNER = 10_000  # most calls in one timed sample
+
 
 def _is_cuda(device: str | torch.device) -> bool:
     """Whether a device names a CUDA GPU (``"cuda"``, ``"cuda:1"``, ``torch.device``)."""
     return torch.device(device).type == "cuda"
 
 
-def _tf32_api() -> tuple[Any, Any] | None:
-    """Return the objects carrying ``fp32_precision`` (cuBLAS, cuDNN convolutions), if any."""
+def _tf32_switches() -> tuple[str, Any, Any]:
+    """Return the TF32 setting's name and the objects carrying it (cuBLAS, cuDNN convolutions)."""
     conv = getattr(torch.backends.cudnn, "conv", None)
-    if not hasattr(torch.backends.cuda.matmul, "fp32_precision") or conv is None:
-        return None
-    return (torch.backends.cuda.matmul, conv) if hasattr(conv, "fp32_precision") else None
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(conv, "fp32_precision"):
+        return "fp32_precision", torch.backends.cuda.matmul, conv
+    return "allow_tf32", torch.backends.cuda.matmul, torch.backends.cudnn  # before PyTorch 2.9
 
 
 def tf32_settings() -> dict[str, Any]:
@@ -46,29 +48,17 @@ def tf32_settings() -> dict[str, Any]:
         ``matmul`` and ``cudnn_conv``: the raw settings, ``"ieee"``, ``"tf32"`` or ``"none"``
         (inherit the global setting) with the first API, booleans with the second.
     """
-    new = _tf32_api()
-    if new is not None:
-        return {"api": "fp32_precision", "matmul": new[0].fp32_precision,
-                "cudnn_conv": new[1].fp32_precision}  # fmt: skip
-    return {
-        "api": "allow_tf32",
-        "matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-        "cudnn_conv": bool(torch.backends.cudnn.allow_tf32),
-    }
+    api, matmul, conv = _tf32_switches()
+    return {"api": api, "matmul": getattr(matmul, api), "cudnn_conv": getattr(conv, api)}
 
 
 def _set_tf32(matmul: Any, conv: Any = None) -> dict[str, Any]:
     """Set TF32 for products and convolutions (bools or raw values); return the old settings."""
-    conv = matmul if conv is None else conv
     before = tf32_settings()
-    new = _tf32_api()
-    if new is not None:
-        raw = {True: "tf32", False: "ieee"}
-        new[0].fp32_precision = raw.get(matmul, matmul)
-        new[1].fp32_precision = raw.get(conv, conv)
-    else:  # PyTorch older than the fp32_precision settings
-        torch.backends.cuda.matmul.allow_tf32 = bool(matmul)
-        torch.backends.cudnn.allow_tf32 = bool(conv)
+    api, *switches = _tf32_switches()
+    raw = {True: "tf32", False: "ieee"} if api == "fp32_precision" else {}
+    for switch, value in zip(switches, (matmul, matmul if conv is None else conv), strict=True):
+        setattr(switch, api, raw.get(value, value))
     return before
 
 
@@ -110,13 +100,12 @@ def time_calls(
     repeats: int = 10,
     warmup: int = 3,
     min_sample_s: float | None = None,
-    max_inner: int = 10_000,
     graph: bool = True,
 ) -> Timing:
     """Time ``fn`` called back to back, so that each sample takes at least ``min_sample_s``.
 
     The number of calls per sample (``inner``) is calibrated first: it grows until one sample
-    takes ``min_sample_s`` or ``max_inner`` is reached. On a CUDA device the calls are captured
+    takes ``min_sample_s`` (or reaches 10,000 calls). On a CUDA device the calls are captured
     into a CUDA graph (``torch.cuda.CUDAGraph``) and each sample is one replay, timed with CUDA
     events: the time covers the GPU work only, not the host launching one kernel after another.
     If the capture fails, or ``graph=False``, the calls are launched from the host and timed with
@@ -134,8 +123,6 @@ def time_calls(
         Untimed calls first (library loading, kernel selection, allocator).
     min_sample_s : float, optional
         Shortest sample wanted: 10 ms on a GPU, 20 ms on a CPU by default.
-    max_inner : int, optional
-        Most calls per sample.
     graph : bool, optional
         Capture a CUDA graph on a GPU.
 
@@ -148,31 +135,29 @@ def time_calls(
     Raises
     ------
     TypeError
-        If ``repeats``, ``warmup`` or ``max_inner`` is not an integer, or ``min_sample_s`` is
-        not a number.
+        If ``repeats`` or ``warmup`` is not an integer, or ``min_sample_s`` is not a number.
     ValueError
-        If ``repeats < 1``, ``warmup < 0``, ``max_inner < 1`` or ``min_sample_s < 0``.
+        If ``repeats < 1``, ``warmup < 0`` or ``min_sample_s < 0``.
     """
     repeats = check_scalar(repeats, "repeats", int, min_val=1)
     warmup = check_scalar(warmup, "warmup", int, min_val=0)
-    max_inner = check_scalar(max_inner, "max_inner", int, min_val=1)
     min_sample_s = check_scalar(min_sample_s, "min_sample_s", min_val=0, allow_none=True)
     cuda = _is_cuda(device)
     if min_sample_s is None:
         min_sample_s = 0.01 if cuda else 0.02
 
-    def run(build: Callable[[int], Callable[[], Any]], clock: Callable, method: str) -> Timing:
+    def run(build: Callable[[int], Callable], clock: Callable, method: str, note="") -> Timing:
         inner = 1
         calls = build(inner)
         sample = clock(calls)
-        while sample < min_sample_s and inner < max_inner:
+        while sample < min_sample_s and inner < _MAX_INNER:
             grow = min_sample_s / max(sample, 1e-9) * 1.2
-            inner = min(max_inner, max(2 * inner, math.ceil(inner * grow)))
+            inner = min(_MAX_INNER, max(2 * inner, math.ceil(inner * grow)))
             calls = None  # let a previous CUDA graph go before the next one is captured
             calls = build(inner)
             sample = clock(calls)
         times = tuple(clock(calls) / inner for _ in range(repeats))
-        return Timing(times, warmup, inner, method)
+        return Timing(times, warmup, inner, method, note)
 
     if not cuda:
         for _ in range(warmup):
@@ -194,8 +179,7 @@ def time_calls(
             except RuntimeError as err:  # an operation that cannot be captured
                 torch.cuda.synchronize()
                 note = f"CUDA graph capture failed ({str(err).splitlines()[0]})"
-        timing = run(lambda inner: _loop(fn, inner), _event_seconds, "cuda-events")
-        return Timing(timing.times, warmup, timing.inner, timing.method, note)
+        return run(lambda inner: _loop(fn, inner), _event_seconds, "cuda-events", note)
 
 
 def _loop(fn: Callable[[], Any], inner: int) -> Callable[[], None]:

@@ -41,11 +41,10 @@ def measure_training(
     steps: int = 20,
     warmup: int = 5,
     channels_last: bool = False,
-    seed: int = 0,
 ) -> dict[str, Any]:
     """Time training steps of an image classifier in one mode; peak GPU memory on a GPU.
 
-    A fresh model from ``build_model()`` (seeded) is trained with SGD and momentum on one
+    A fresh model from ``build_model()`` (seeded with 0) is trained with SGD and momentum on one
     synthetic batch, with ``cudnn.benchmark`` on and TF32 set by the mode; both settings are
     restored afterwards. Peak memory is ``torch.cuda.max_memory_allocated`` over the timed steps.
 
@@ -65,8 +64,6 @@ def measure_training(
         Timed and untimed steps.
     channels_last : bool, optional
         Model and input in the channels_last memory format.
-    seed : int, optional
-        Seeds the model and the batch.
 
     Returns
     -------
@@ -99,11 +96,11 @@ def measure_training(
     torch.backends.cudnn.benchmark = True
     try:
         with tf32(allow_tf32):
-            torch.manual_seed(seed)
+            torch.manual_seed(0)
             model = build_model().to(dev, memory_format=fmt)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             scaler = torch.amp.GradScaler(dev.type, enabled=grad_scaler)
-            gen = torch.Generator().manual_seed(seed)
+            gen = torch.Generator().manual_seed(0)
             images = torch.randn(batch, 3, image_size, image_size, generator=gen)
             images = images.to(dev).contiguous(memory_format=fmt)
             labels = torch.randint(0, classes, (batch,), generator=gen).to(dev)
@@ -149,21 +146,17 @@ def conv_step_times(
     layouts: Sequence[str] = ("NCHW", "channels_last"),
     device: str | torch.device = "cpu",
     repeats: int = 10,
-    fresh_process: bool = True,
 ) -> list[dict[str, Any]]:
     """Time a 3x3 convolution's forward and backward pass: its first call, then the median.
 
-    For each image side and memory layout, a ``Conv2d(channels, channels, 3, padding=1)``
-    (seeded) runs a training step on a random batch: gradients cleared, forward, backward
-    (:func:`mptutor.bench.time_fn`, the device synchronised after each call). The first call is
-    timed alone, so it includes what a new combination of shapes pays once (with
-    ``cudnn.benchmark`` on, the search for the fastest algorithm). A convolution of a batch of one
-    runs first in each layout, so no row pays for loading the library.
-
-    cuDNN keeps the plan it chose for each combination of shapes, dtype and layout for the rest
-    of the process, and its cache does not key on ``cudnn.benchmark``: a shape already run with
-    the flag off would reuse the untuned plan with it on. So by default the passes run in a
-    fresh Python process each (with this process's thread count), which sees no earlier shape.
+    For each image side and memory layout, a seeded ``Conv2d(channels, channels, 3, padding=1)``
+    runs a training step on a random batch (gradients cleared, forward, backward), timed by
+    :func:`mptutor.bench.time_fn`. The first call is timed alone: it pays what a new combination
+    of shapes costs once (with ``cudnn.benchmark`` on, the search for the fastest algorithm). A
+    batch of one runs first in each layout, so that no row pays for loading the library. cuDNN
+    keeps the plan it chose for each shape for the rest of the process, whatever
+    ``cudnn.benchmark`` says later, so the steps run in a fresh Python process (with this
+    process's thread count), which has seen no shape yet.
 
     Parameters
     ----------
@@ -181,8 +174,6 @@ def conv_step_times(
         Where it runs.
     repeats : int, optional
         Timed calls after the first (plus two untimed ones).
-    fresh_process : bool, optional
-        Run in a new Python process.
 
     Returns
     -------
@@ -199,23 +190,13 @@ def conv_step_times(
     unknown = [name for name in layouts if name not in _LAYOUTS]
     if unknown:
         raise ValueError(f"unknown layouts {unknown}; choose from {list(_LAYOUTS)}")
-    args = {
-        "batch": batch,
-        "channels": channels,
-        "sides": list(sides),
-        "dtype": str(dtype).removeprefix("torch."),
-        "autotune": autotune,
-        "layouts": list(layouts),
-        "device": str(device),
-        "repeats": repeats,
-    }
-    if not fresh_process:
-        return _conv_steps(**args)
+    args = [batch, channels, list(sides), str(dtype).removeprefix("torch."), autotune,
+            list(layouts), str(device), repeats]  # fmt: skip
     code = (
         "import json, sys, torch\n"
         f"torch.set_num_threads({torch.get_num_threads()})\n"
         "from mptutor.torch_perf._training import _conv_steps\n"
-        "print(json.dumps(_conv_steps(**json.loads(sys.stdin.read()))))\n"
+        "print(json.dumps(_conv_steps(*json.loads(sys.stdin.read()))))\n"
     )
     root = str(Path(__file__).resolve().parents[2])  # the folder that holds mptutor
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
@@ -239,29 +220,24 @@ def _conv_steps(
     repeats: int,
 ) -> list[dict[str, Any]]:
     """Run :func:`conv_step_times` in this process."""
-    torch_dtype = getattr(torch, dtype)
+    dtype_ = getattr(torch, dtype)
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = autotune
+    rows = []
     try:
         for name in layouts:  # load the library and its kernels once, at a shape no row uses
-            fmt = _LAYOUTS[name]
             warm = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-            warm = warm.to(device, torch_dtype, memory_format=fmt)
+            warm = warm.to(device, dtype_, memory_format=_LAYOUTS[name])
             x = torch.randn(1, channels, max(sides) + 1, max(sides) + 1, device=device)
-            x = x.to(torch_dtype).contiguous(memory_format=fmt).requires_grad_()
-            out = warm(x)
+            out = warm(x.to(dtype_).contiguous(memory_format=_LAYOUTS[name]).requires_grad_())
             out.backward(torch.randn_like(out))
-        if _is_cuda(device):
-            torch.cuda.synchronize(device)
-        rows = []
         for side in sides:
             for name in layouts:
-                fmt = _LAYOUTS[name]
                 torch.manual_seed(0)
                 conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-                conv = conv.to(device, torch_dtype, memory_format=fmt)
-                images = torch.randn(batch, channels, side, side, device=device, dtype=torch_dtype)
-                images = images.contiguous(memory_format=fmt).requires_grad_()
+                conv = conv.to(device, dtype_, memory_format=_LAYOUTS[name])
+                images = torch.randn(batch, channels, side, side, device=device, dtype=dtype_)
+                images = images.contiguous(memory_format=_LAYOUTS[name]).requires_grad_()
                 grad_out = torch.randn_like(images)  # the output has the input's shape here
 
                 def step(conv=conv, images=images, grad_out=grad_out) -> None:
@@ -271,15 +247,8 @@ def _conv_steps(
 
                 first = bench.time_fn(step, repeats=1, warmup=0, device=device).median
                 steady = bench.time_fn(step, repeats=repeats, warmup=2, device=device).median
-                rows.append(
-                    {
-                        "image side": side,
-                        "layout": name,
-                        "cudnn.benchmark": autotune,
-                        "first call ms": first * 1e3,
-                        "median ms": steady * 1e3,
-                    }
-                )
+                rows.append({"image side": side, "layout": name, "cudnn.benchmark": autotune,
+                             "first call ms": first * 1e3, "median ms": steady * 1e3})  # fmt: skip
     finally:
         torch.backends.cudnn.benchmark = before
     return rows
