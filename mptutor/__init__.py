@@ -18,6 +18,7 @@ One module per framework: ``torch`` and ``torch_perf`` (PyTorch and its measurem
 ``tensorflow`` and ``keras_cnn`` (TensorFlow and Keras), ``mxnet`` (MXNet Gluon).
 """
 
-from mptutor import formats, gradients, hardware, plots, scaling
+# `import mptutor` loads the framework-free modules most lessons use.
+from mptutor import formats, gradients, hardware, plots, scaling  # noqa: F401
 
 __version__ = "0.1.0"

@@ -320,9 +320,8 @@ def table(fmts: Any = None) -> Table:
     Returns
     -------
     Table
-        One row per format: bits, largest value, smallest normal and subnormal, epsilon, powers
-        of two, and the ratios ``|dw/w|`` at or below which an update is always lost or can be
-        (:attr:`Format.lost_update_ratio`).
+        One row per format: bits, range, epsilon, powers of two, and the ratios ``|dw/w|`` at
+        or below which an update is always lost or can be (:attr:`Format.lost_update_ratio`).
     """
     if isinstance(fmts, (str, Format)) or not (fmts is None or isinstance(fmts, Iterable)):
         fmts = [fmts]  # one format alone

@@ -284,7 +284,7 @@ def mx_quantize(
 
 
 def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
-    """Return the values of block-scaled elements: element times its block's scale, float32.
+    """Return the values of block-scaled elements (float32): each times its block's scale.
 
     Parameters
     ----------
@@ -292,20 +292,12 @@ def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
         As :func:`mx_quantize` returns them (any real or ml_dtypes dtype): one scale per block.
     block : int, optional
         Values per block.
-
-    Returns
-    -------
-    numpy.ndarray of float32
-        The shape of ``elements``.
     """
     block = check_scalar(block, "block", int, min_val=1)
     v = _blocks(elements, block, "elements")
     s = _real_array(scales, "scales").astype(np.float32)
     if s.shape != v.shape[:-1]:
-        raise ValueError(
-            f"scales must have shape {v.shape[:-1]} (one per block of {block} elements), "
-            f"got {s.shape}"
-        )
+        raise ValueError(f"scales must have shape {v.shape[:-1]} (one a block), got {s.shape}")
     return (v * s[..., None]).reshape(np.shape(elements))
 
 

@@ -272,8 +272,7 @@ def gradient_histogram(
     Parameters
     ----------
     stats : GradientStats or mapping of str to GradientStats
-        From :func:`mptutor.gradients.gradient_stats`; several (e.g. before and after loss
-        scaling) are drawn on one axis with their labels. All must use the same format.
+        From :func:`mptutor.gradients.gradient_stats`, several with their labels, one format.
     ax : matplotlib.axes.Axes, optional
         Axes to draw into; a new figure otherwise.
 

@@ -287,13 +287,7 @@ class StaticLossScaler(_Scaler):
         self._history = ScaleHistory()
 
     def update(self, found_inf: Any) -> bool:
-        """Record one step; return ``not found_inf``, whether to take the optimizer step.
-
-        Raises
-        ------
-        TypeError
-            If ``found_inf`` does not convert to one bool (see :meth:`DynamicLossScaler.update`).
-        """
+        """Record one step; return ``not found_inf`` (see :meth:`DynamicLossScaler.update`)."""
         return not self._record(found_inf)
 
     def state_dict(self, include_history: bool = False) -> dict[str, Any]:
