@@ -304,7 +304,6 @@ def all_formats(block: bool = False) -> list[Format]:
     Returns
     -------
     list of Format
-        fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, and the block formats if asked for.
     """
     return [get(name) for name in FORMAT_NAMES + (_BLOCK_NAMES if block else ())]
 

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from mptutor import formats
@@ -95,16 +94,6 @@ def _classify(exponents: np.ndarray, f: formats.Format) -> tuple[int, int, int]:
     return under, sub, over
 
 
-def _real(dtype: np.dtype) -> bool:
-    """Whether a dtype holds real numbers: ints, NumPy floats, ml_dtypes' (bfloat16, ...)."""
-    if dtype.kind in "iu":
-        return True
-    try:
-        return dtype.kind != "c" and bool(ml_dtypes.finfo(dtype))
-    except ValueError:
-        return False
-
-
 def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16") -> GradientStats:
     """Count zeros, infs/NaNs and the values a format would flush, keep coarsely or overflow.
 
@@ -137,7 +126,7 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
         )
     arrays = [np.asarray(a) for a in values]
     for i, a in enumerate(arrays):
-        if not _real(a.dtype):
+        if not (a.dtype.kind in "iu" or (a.dtype.kind != "c" and formats._is_float(a.dtype))):
             raise TypeError(f"values[{i}] must hold real numbers, got an array of {a.dtype}")
     flat = np.concatenate([a.astype(np.float64).ravel() for a in arrays]) if arrays else np.zeros(0)
     finite = np.isfinite(flat)

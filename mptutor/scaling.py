@@ -220,9 +220,6 @@ class LossScaler(Protocol):
 class _Scaler:
     """The two scalers' shared part: the scale, the history and the state dict's steps."""
 
-    _scale: float
-    _history: ScaleHistory
-
     @property
     def scale(self) -> float:
         """The current scale (a float32 value): multiply the loss by it before backward."""

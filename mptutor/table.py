@@ -26,11 +26,9 @@ class Table:
 
     Raises
     ------
-    TypeError
-        If ``rows`` is not a list of dicts with str keys, or ``float_format`` or ``title`` is
-        not a str.
-    ValueError
-        If ``float_format`` is not a format spec for floats.
+    TypeError, ValueError
+        If ``rows`` is not a list of dicts with str keys, or ``float_format`` not a format spec
+        for floats, or ``title`` not a str.
 
     Examples
     --------
