@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from mptutor.bench import _record_device as record_device
-from mptutor.bench import find_records, record_kind
+from mptutor.bench import _record_kind as record_kind
+from mptutor.bench import find_records
 from mptutor.table import Table
 
 #: The GEMM size at which the GEMM targets are stated.

@@ -19,7 +19,7 @@ from typing import Any
 
 from mptutor._checks import check_scalar
 
-__all__ = ["Timing", "time_fn", "find_records", "record_kind", "provenance", "label"]
+__all__ = ["Timing", "time_fn", "find_records", "provenance", "label"]
 
 _RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
 _ROOT = _RESULTS.parents[1]
@@ -148,19 +148,8 @@ def _read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     return record
 
 
-def record_kind(record: dict[str, Any]) -> str:
-    """Return the benchmark that wrote a record: its name up to the first ``-``.
-
-    Parameters
-    ----------
-    record : dict
-        A record, as :func:`find_records` gives it.
-
-    Returns
-    -------
-    str
-        E.g. ``"gemm_sweep"`` for a record named ``"gemm_sweep-cuda-NVIDIA_H100"``.
-    """
+def _record_kind(record: dict[str, Any]) -> str:
+    """Return the benchmark that wrote a record: its name up to the first ``-``."""
     return str(record["name"]).split("-")[0]
 
 
@@ -205,7 +194,7 @@ def find_records(
     return [
         (path, r)
         for path, r in found
-        if kind in (None, record_kind(r))
+        if kind in (None, _record_kind(r))
         and device in (None, _record_device(r))
         and (include_smoke or not r["data"].get("smoke"))
     ]

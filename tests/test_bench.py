@@ -82,7 +82,7 @@ def test_find_records_by_kind_device_and_smoke(tmp_path):
         "scaler_overhead-cpu-mlp.json"
     ]
     record = bench._read_record(tmp_path / "gemm_sweep-cuda-H100.json")
-    assert bench.record_kind(record) == "gemm_sweep" and bench._record_device(record) == "cuda"
+    assert bench._record_kind(record) == "gemm_sweep" and bench._record_device(record) == "cuda"
 
 
 def test_provenance_and_label_of_a_record(tmp_path):
