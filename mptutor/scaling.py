@@ -388,15 +388,11 @@ class DynamicLossScaler(_Scaler):
         growth = check_scalar(growth, "growth_factor", min_val=1, include_boundaries="neither")
         backoff = check_scalar(backoff, "backoff_factor", max_val=1, **positive)
         interval = check_scalar(interval, "growth_interval", int, min_val=1, max_val=_INT32_MAX)
-        low_32 = _f32(
-            check_scalar(
-                low, "min_scale", min_val=0, max_val=FLOAT32_MAX, include_boundaries="right"
-            ),
-            1,
-        )
+        in_float32 = {"min_val": 0, "max_val": FLOAT32_MAX, "include_boundaries": "right"}
+        low_32 = _f32(check_scalar(low, "min_scale", **in_float32), 1)  # rounded up
         high_32 = check_scalar(high, "max_scale", allow_none=True, **positive)
         if high_32 is not None:
-            high_32 = _f32(high_32, -1)
+            high_32 = _f32(high_32, -1)  # rounded down
             if not low_32 <= high_32:  # a max_scale below the smallest float32 gives 0
                 raise ValueError(
                     f"no float32 value lies in [min_scale, max_scale] = [{low!r}, {high!r}]; "
