@@ -39,4 +39,3 @@ def test_framework_free_modules_import_no_framework():
     assert "mptutor" in loaded and "numpy" in loaded
     assert not loaded & FRAMEWORKS
     assert not loaded & OPTIONAL
-
