@@ -329,8 +329,8 @@ def test_model_zoo_network_trains(loaders):
 
 
 def test_progress_bar(loaders, capsys):
-    mmx.train(_tiny_net(), loaders.train, loaders.test, epochs=1, progress=True, label="tiny")
-    assert "tiny epoch 1/1" in capsys.readouterr().err
+    mmx.train(_tiny_net(), loaders.train, loaders.test, epochs=1, progress=True)
+    assert "float32 epoch 1/1" in capsys.readouterr().err
 
 
 def test_train_errors(loaders):

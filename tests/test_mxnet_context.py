@@ -129,7 +129,3 @@ def test_seed():
     with pytest.raises(TypeError, match="seed must be an int"):
         mmx.seed(1.0)
 
-
-def test_probe_bf16_timeout_is_checked():
-    with pytest.raises(ValueError, match="timeout must be in"):
-        mmx.probe_bf16(timeout=0)

@@ -129,7 +129,7 @@ def get_network(
     return net
 
 
-def channel_alignment(net: gluon.Block, multiple: int = 8) -> Table:
+def channel_alignment(net: gluon.Block) -> Table:
     """List the convolution and dense layers whose channel counts are not a multiple of 8.
 
     float16 Tensor Cores run a convolution or GEMM at full speed when its channel (or unit)
@@ -140,8 +140,6 @@ def channel_alignment(net: gluon.Block, multiple: int = 8) -> Table:
     ----------
     net : mxnet.gluon.Block
         The network.
-    multiple : int, default 8
-        The multiple to check against (at least 1).
 
     Returns
     -------
@@ -151,13 +149,9 @@ def channel_alignment(net: gluon.Block, multiple: int = 8) -> Table:
 
     Raises
     ------
-    TypeError
-        If ``multiple`` is not an int.
     ValueError
-        If ``multiple`` is below 1, a layer's shape is not known yet, or the network has no
-        convolution or dense layer.
+        If a layer's shape is not known yet, or the network has no convolution or dense layer.
     """
-    multiple = check_scalar(multiple, "multiple", int, min_val=1)
     rows: list[dict[str, Any]] = []
     total = 0
     for key, param in net._collect_params_with_prefix().items():
@@ -170,13 +164,13 @@ def channel_alignment(net: gluon.Block, multiple: int = 8) -> Table:
             )
         total += 1
         out_ch, in_ch = param.shape[0], param.shape[1]
-        if out_ch % multiple or in_ch % multiple:
+        if out_ch % 8 or in_ch % 8:
             kind = "dense" if len(param.shape) == 2 else "convolution"
             rows.append({"layer": key[: -len(".weight")], "kind": kind, "in": in_ch, "out": out_ch})
     if total == 0:
         raise ValueError("the network has no convolution or dense layer")
     aligned = total - len(rows)
-    title = f"{aligned} of {total} convolution and dense layers are multiples of {multiple}"
+    title = f"{aligned} of {total} convolution and dense layers are multiples of 8"
     return Table(rows, title=title)
 
 

@@ -173,7 +173,6 @@ def train(
     *,
     learning_rate: float = 0.05,
     progress: bool = True,
-    label: str | None = None,
     history: History | None = None,
 ) -> History:
     """Train a classifier with softmax cross-entropy, the same loop for every type.
@@ -200,8 +199,6 @@ def train(
         Of the trainer made by :func:`make_trainer`.
     progress : bool, default True
         Show a tqdm progress bar.
-    label : str, optional
-        Prefix of the progress bar; default ``dtype``.
     history : History, optional
         Continue this run of the same network with its trainer, appending the new epochs.
 
@@ -255,7 +252,7 @@ def train(
         start = time.perf_counter()
         bar = tqdm(
             train_data,
-            desc=f"{label or dtype} epoch {epoch}/{last}",
+            desc=f"{dtype} epoch {epoch}/{last}",
             disable=not progress,
             leave=False,
             unit="batch",
