@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mptutor import hardware
-from mptutor.atomic import write_text
+from mptutor._atomic import write_text
 from mptutor.table import Table
 
 __all__ = ["main"]
