@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from mptutor import torch as mpt
 from mptutor import torch_perf as tp
+from mptutor.torch_perf import _gemm
 from mptutor.torch._tensor_cores import _kernels
 
 
@@ -94,9 +95,9 @@ def test_tf32_setting_decides_whether_fp32_products_use_tensor_cores():
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "fp8-e4m3"])
 def test_products_of_the_gemm_sweep_run_on_tensor_cores(precision):
-    reason = tp.why_not(precision, "cuda", (1024, 1024, 1024))
+    reason = _gemm._why_not(precision, "cuda", (1024, 1024, 1024))
     if reason is not None:
         pytest.skip(reason)
-    product = tp.make_product(precision, 1024, 1024, 1024, "cuda")
+    product = _gemm._make_product(precision, 1024, 1024, 1024, "cuda")
     kernels = mpt.tensor_core_kernels(product)
     assert any(k.tensor_core for k in kernels), [k.name for k in kernels]

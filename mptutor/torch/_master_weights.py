@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from mptutor import gradients
+from mptutor._atomic import atomic_path
 from mptutor._checks import check_type, optional_positive
-from mptutor.atomic import atomic_path
 from mptutor.scaling import FLOAT32_MAX, DynamicLossScaler, LossScaler
 
 __all__ = [
