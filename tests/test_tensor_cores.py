@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from mptutor import torch as mpt
 from mptutor import torch_perf as tp
-from mptutor.torch_perf import _gemm
 from mptutor.torch._tensor_cores import _kernels
+from mptutor.torch_perf import _gemm
 
 
 def test_profiling_needs_a_gpu_and_says_so():
