@@ -355,7 +355,7 @@ def test_runs_on_the_torch_backend_without_tensorflow_imported(tmp_path):
     data = json.loads(path.read_text())["data"]
     assert data["backend"] == "torch" and data["smoke"]
     assert data["precisions"]["fp32"]["tf32"] is False
-    torch_flags = data["precisions"]["fp32"]["flags"]["torch"]  # set by torch_perf._timing._set_tf32
+    torch_flags = data["precisions"]["fp32"]["flags"]["torch"]  # torch_perf._timing._set_tf32
     assert torch_flags["matmul"] in ("ieee", False) and torch_flags["cudnn_conv"] in ("ieee", False)
     assert all("median_s" in r for r in data["steps_s"])
     assert data["layers"] and all("error" not in r for r in data["layers"])
