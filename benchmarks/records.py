@@ -25,13 +25,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from mptutor import hardware
+from mptutor._atomic import write_text
 from mptutor.bench import _read_record as read_record  # noqa: F401 - the notebooks' reader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,18 +90,6 @@ _SMI_FIELDS = (
     "persistence_mode",
     "compute_mode",
 )
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file beside it: complete or absent."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def add_record_options(parser: argparse.ArgumentParser, smoke_help: str) -> None:
@@ -269,7 +257,7 @@ def save_result(
     text = json.dumps(record, indent=2) + "\n"
     target = Path(out_dir) / f"{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(target, text)
+    write_text(target, text)
     return target
 
 
