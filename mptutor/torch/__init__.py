@@ -27,6 +27,7 @@ from mptutor.torch._master_weights import (
 )
 from mptutor.torch._nonfinite import find_nonfinite
 from mptutor.torch._tensor_cores import count_host_syncs, tensor_core_audit, tensor_core_kernels
+from mptutor.torch._torchao import import_torchao
 
 __all__ = [
     "device",
@@ -49,6 +50,7 @@ __all__ = [
     "stochastic_round",
     "FP8Linear",
     "to_fp8",
+    "import_torchao",
 ]
 
 
