@@ -33,9 +33,11 @@ def _fake_python(folder: Path, name: str, version_ok: bool) -> Path:
 
 
 def _make_n(bin_dir: Path, tmp_path: Path, target: str) -> str:
+    # Both environments point into tmp_path, so what make prints does not depend on whether this
+    # checkout has made its own .venv or .venv-mxnet.
     env = {"HOME": str(tmp_path), "PATH": str(bin_dir)}
     args = [MAKE, "-n", "-C", str(ROOT), target, "PYTHON=python3.12"]
-    args += [f"MXNET_VENV={tmp_path / 'no-mxnet-env'}"]
+    args += [f"MAIN_VENV={tmp_path / 'no-main-env'}", f"MXNET_VENV={tmp_path / 'no-mxnet-env'}"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     return done.stdout + done.stderr
 
@@ -58,7 +60,8 @@ def test_without_python311_run_says_why_the_gluon_track_did_not_run(tmp_path):
     assert "notebooks/pytorch notebooks/keras --out build" in out  # the other tracks run
     assert "make run: notebooks/gluon did not run: no Python 3.11 found" in out
     assert "MXNET_PYTHON=/path/to/python3.11" in out
-    assert "-m venv" not in out  # no MXNet environment is attempted
+    assert f"-m venv {tmp_path / 'no-mxnet-env'}" not in out  # no MXNet environment is attempted
+    assert f"python3.12 -m venv {tmp_path / 'no-main-env'}" in out  # the main one is made
     # under `make test` the missing environment is an error, with the same reason
     out = _make_n(bin_dir, tmp_path, "test-unit")
     assert "py='';" in out and 'test -n "$py" || { echo "error: no Python 3.11 found' in out
