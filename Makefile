@@ -49,8 +49,13 @@ MXNET_FRAMEWORKS := mxnet
 MAIN_NOTEBOOKS := notebooks/pytorch notebooks/keras
 MXNET_NOTEBOOKS := notebooks/gluon
 
+# Seconds each notebook may take on the slowest CI machine; both `make test` and `make run` print
+# every notebook's time beside its budget, and fail on one over budget under CI=true or
+# MPTUTOR_BUDGETS=1 (MPTUTOR_BUDGETS=0 only prints them). See mptutor/notebooks.py.
+BUDGETS := notebooks/budgets.json
 NBVAL := -p no:cacheprovider --nbval --nbval-current-env \
-         --nbval-sanitize-with tests/nbval-sanitize.cfg --nbval-cell-timeout=900
+         --nbval-sanitize-with tests/nbval-sanitize.cfg --nbval-cell-timeout=900 \
+         -p mptutor.notebooks --notebook-budgets $(BUDGETS)
 # Quiet the frameworks' C++ start-up logs in every process that make starts.
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 # TensorFlow's own kernels, not its oneDNN ones: on CPUs with AVX512-FP16 (Intel Sapphire Rapids
@@ -99,9 +104,10 @@ test-notebooks: venvs
 # reported as not run. The exit status is non-zero if any notebook failed or did not run.
 run: $(MAIN_STAMP) $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
 	@rc=0; \
-	$(MAIN_PY) -m mptutor.notebooks $(MAIN_NOTEBOOKS) --out build || rc=1; \
+	$(MAIN_PY) -m mptutor.notebooks $(MAIN_NOTEBOOKS) --out build --budgets $(BUDGETS) || rc=1; \
 	if test -x $(MXNET_PY); then \
-	    $(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --out build --append || rc=1; \
+	    $(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --out build --append \
+	        --budgets $(BUDGETS) || rc=1; \
 	else \
 	    echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; rc=1; \
 	fi; \

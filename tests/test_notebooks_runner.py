@@ -141,3 +141,139 @@ def test_a_missing_path_is_named_and_no_path_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         notebooks.main(["--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+# Time budgets: notebooks/budgets.json, `--budgets` and the pytest plugin.
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+SLOW = "import time\ntime.sleep(1.5)"  # over a budget of 0.5 s however busy the machine is
+
+
+def _budgets(path, seconds):
+    path.write_text(json.dumps({"seconds": seconds}))
+    return path
+
+
+def test_the_budget_file_names_every_notebook_and_no_other():
+    budgets = notebooks.load_budgets(ROOT / "notebooks" / "budgets.json")
+    there = {f"{p.parent.name}/{p.name}" for p in (ROOT / "notebooks").glob("*/*.ipynb")}
+    assert set(budgets) == there
+    assert all(0 < s <= 120 for s in budgets.values())  # about two minutes each on CI's machine
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{ not json",
+        "[]",
+        '{"seconds": {}}',
+        '{"seconds": [120]}',
+        '{"seconds": {"nbs/x.ipynb": 0}}',
+        '{"seconds": {"nbs/x.ipynb": -1}}',
+        '{"seconds": {"nbs/x.ipynb": NaN}}',
+        '{"seconds": {"nbs/x.ipynb": Infinity}}',
+        '{"seconds": {"nbs/x.ipynb": true}}',
+        '{"seconds": {"nbs/x.ipynb": "120"}}',
+        '{"seconds": {"nbs/x.txt": 120}}',
+    ],
+)
+def test_a_bad_budget_file_is_refused_before_any_notebook_runs(tmp_path, text, capsys):
+    nb = _notebook(tmp_path / "x.ipynb", "open('ran.txt', 'w').close()")
+    (tmp_path / "budgets.json").write_text(text)
+    with pytest.raises(ValueError, match="budget file"):
+        notebooks.load_budgets(tmp_path / "budgets.json")
+    argv = [str(nb), "--out", str(tmp_path / "out"), "--budgets", str(tmp_path / "budgets.json")]
+    assert notebooks.main(argv) == 2
+    assert "budget file" in capsys.readouterr().err
+    assert not (tmp_path / "ran.txt").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("budgets_var", "ci", "enforced"),
+    [(None, None, False), (None, "true", True), (None, "1", True), (None, "false", False),
+     ("0", "true", False), ("1", None, True), ("", "true", True)],
+)
+def test_budgets_are_enforced_under_ci_or_when_asked(monkeypatch, budgets_var, ci, enforced):
+    for name, value in (("MPTUTOR_BUDGETS", budgets_var), ("CI", ci)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert notebooks.budgets_enforced() is enforced
+
+
+def test_a_bad_budgets_switch_is_refused(monkeypatch):
+    monkeypatch.setenv("MPTUTOR_BUDGETS", "yes")
+    with pytest.raises(ValueError, match="MPTUTOR_BUDGETS must be 0 or 1"):
+        notebooks.budgets_enforced()
+
+
+@pytest.mark.parametrize("enforced", [True, False])
+def test_a_notebook_over_budget_fails_the_run_only_where_enforced(
+    tmp_path, monkeypatch, capsys, enforced
+):
+    monkeypatch.setenv("MPTUTOR_BUDGETS", "1" if enforced else "0")
+    src = tmp_path / "nbs"
+    src.mkdir()
+    _notebook(src / "01-slow.ipynb", SLOW)
+    _notebook(src / "02-quick.ipynb", "1 + 1")
+    budgets = _budgets(tmp_path / "b.json", {"nbs/01-slow.ipynb": 0.5, "nbs/02-quick.ipynb": 600})
+    out = tmp_path / "build"
+    code = notebooks.main([str(src), "--out", str(out), "--no-html", "--budgets", str(budgets)])
+    assert code == (1 if enforced else 0)
+    printed = capsys.readouterr()
+    assert "nbs/01-slow.ipynb" in printed.err and "02-quick" not in printed.err
+    assert ("enforced: the run fails" in printed.err) is enforced
+    entries = json.loads((out / "summary.json").read_text())["notebooks"]
+    assert [(n["budget"], n["ok"]) for n in entries] == [(0.5, True), (600, True)]
+    assert entries[0]["seconds"] >= 1.5
+    assert "0 OVER" in (out / "summary.txt").read_text()  # the budget column: "0 OVER" for 0.5 s
+
+
+def test_a_notebook_without_a_budget_is_refused_before_any_runs(tmp_path, capsys):
+    nb = _notebook(tmp_path / "x.ipynb", "open('ran.txt', 'w').close()")
+    budgets = _budgets(tmp_path / "b.json", {"other/y.ipynb": 60})
+    assert notebooks.main([str(nb), "--in-place", "--budgets", str(budgets)]) == 2
+    assert f"no budget for {tmp_path.name}/x.ipynb" in capsys.readouterr().err
+    assert not (tmp_path / "ran.txt").exists()
+
+
+def _nbval(tmp_path, budgets, enforced):
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("nbval", reason="nbval is not installed (the `test` extra)")
+    env = {**os.environ, "MPTUTOR_BUDGETS": "1" if enforced else "0"}
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "mptutor.notebooks",
+            "--notebook-budgets", str(budgets), "--nbval", "--nbval-current-env", "nbs"]
+    return subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("enforced", [True, False])
+def test_nbval_prints_seconds_per_notebook_and_fails_over_budget_where_enforced(
+    tmp_path, enforced
+):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    for name, source in (("01-slow", SLOW), ("02-quick", "1 + 1")):
+        nb = nbformat.read(_notebook(src / f"{name}.ipynb", source), as_version=4)
+        nb = notebooks_execute(nb, src)
+        nbformat.write(nb, src / f"{name}.ipynb")
+    budgets = _budgets(tmp_path / "b.json", {"nbs/01-slow.ipynb": 0.5, "nbs/02-quick.ipynb": 600})
+    done = _nbval(tmp_path, budgets, enforced)
+    assert "2 passed" in done.stdout, done.stdout + done.stderr
+    assert "seconds per notebook" in done.stdout and "nbs/02-quick.ipynb" in done.stdout
+    assert "over budget" in done.stdout and "nbs/01-slow.ipynb (" in done.stdout
+    assert done.returncode == (1 if enforced else 0)
+    # a notebook with no budget is a usage error before any cell runs
+    _budgets(budgets, {"nbs/01-slow.ipynb": 600})
+    done = _nbval(tmp_path, budgets, enforced)
+    assert done.returncode == 4 and "no budget for nbs/02-quick.ipynb" in done.stderr
+
+
+def notebooks_execute(nb, folder):
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, timeout=60, resources={"metadata": {"path": str(folder)}}).execute()
+    return nb
