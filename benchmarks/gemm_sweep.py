@@ -21,10 +21,16 @@ its clocks ramp up. ``nvidia-smi``'s clocks, power limit and throttle reasons be
 the run are in the record. On a CPU the inputs are reused and its caches are not flushed.
 FP8 products accumulate in FP32 (``use_fast_accum=False``) unless --fp8-fast-accum.
 
+Order and time: the sizes run in the order given (the GPU default puts the size the targets are
+stated at, 8192, first, then the smaller ones). With --budget-s a size is not started once what
+is left of the budget is shorter than the longest size so far took; the record lists such sizes
+under ``skipped_sizes``.
+
 Usage::
 
     python benchmarks/gemm_sweep.py                        # this machine (CPU: small sizes)
     python benchmarks/gemm_sweep.py --out DIR              # GPU: write the record into DIR
+    python benchmarks/gemm_sweep.py --budget-s 45 --out DIR  # stop starting sizes after 45 s
     python benchmarks/gemm_sweep.py --smoke --out DIR      # tiny CPU run that checks the path
 """
 
@@ -40,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets 
 
 import records  # noqa: E402
 import targets  # noqa: E402
+from ledger import Budget  # noqa: E402
 
 from mptutor import formats, hardware  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
@@ -89,31 +96,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fp8-fast-accum", action="store_true", help="FP8 with use_fast_accum=True"
     )
+    parser.add_argument(
+        "--budget-s", type=float, default=None, help="start no size after this many seconds"
+    )
     records.add_record_options(
         parser, smoke_help="tiny run that checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
+    budget = Budget(args.budget_s)
     device = args.device or ("cpu" if args.smoke else mpt.device())
     gpu = torch.device(device).type == "cuda"
     gpu_before = records.gpu_state() if gpu else None
     if args.smoke:
         sizes, repeats, min_sample_s = args.sizes or [32], args.repeats or 2, 0.001
     else:
-        sizes = args.sizes or ([1024, 2048, 4096, 8192] if gpu else [256, 512])
+        sizes = args.sizes or ([targets.TARGET_GEMM_SIZE, 1024, 2048, 4096] if gpu else [256, 512])
         repeats = args.repeats or (10 if gpu else 5)
         min_sample_s = None
     if args.min_sample_ms is not None:
         min_sample_s = args.min_sample_ms / 1e3
-    rows = tp.gemm_sweep(
-        sizes,
-        device,
-        args.precisions,
-        repeats,
-        min_sample_s,
-        graph=not args.no_graph,
-        fp8_fast_accum=args.fp8_fast_accum,
-        clock_warmup_s=0.0 if args.smoke else args.clock_warmup,
-    )
+    rows, skipped_sizes, longest = [], {}, 0.0
+    for i, size in enumerate(sizes):
+        if not budget.allows(longest):
+            skipped_sizes[size] = budget.why_not()
+            print(f"size {size}: {skipped_sizes[size]}")
+            continue
+        start = budget.spent()
+        rows += tp.gemm_sweep(
+            [size],
+            device,
+            args.precisions,
+            repeats,
+            min_sample_s,
+            graph=not args.no_graph,
+            fp8_fast_accum=args.fp8_fast_accum,
+            clock_warmup_s=0.0 if args.smoke or i else args.clock_warmup,
+        )
+        longest = max(longest, budget.spent() - start)
+    sizes = [s for s in sizes if s not in skipped_sizes]
     print(hardware.report().summary())
     print(
         Table(
@@ -133,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     tflops = {(r["precision"], r["m"]): r["tflops"] for r in rows if "tflops" in r}
-    top = max(sizes)
+    top = max(sizes, default=None)
     ratios = {}
     for num, den in (
         ("fp16", "fp32"),
@@ -147,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     methods = sorted({r["timing"]["method"] for r in rows if "timing" in r})
     data = {
         "sizes": sizes,
+        "skipped_sizes": skipped_sizes,
+        "budget_s": args.budget_s,
         "precisions": args.precisions,
         "repeats": repeats,
         "min_sample_s": min_sample_s,

@@ -1,55 +1,86 @@
 #!/usr/bin/env bash
-# The GPU plan: everything this project measures and checks on a CUDA GPU, as steps of a few
-# minutes each that need neither make nor a network.
+# The GPU plan: everything this project measures and checks on a CUDA GPU, for a GPU host that
+# is lent for a short window (15 minutes, its start included) and may have no network. Each
+# window runs two commands and gives the host back:
 #
-#   bash benchmarks/gpu-plan.sh STEP OUT_DIR [NOTEBOOK ...]
-#
-# Each step writes its log (OUT_DIR/STEP.log) and any records into OUT_DIR, stops its commands
-# after GPU_PLAN_LIMIT_S seconds (default 470, under 8 minutes), and can run in any order and on
-# a fresh machine: the steps that need more than the host's own PyTorch install it first (the
-# `install` step, skipped when already done). Records never go to data/results/: copy them
-# there, re-execute the notebooks that show them and commit both.
+#   bash benchmarks/gpu-plan.sh first OUT   # every headline figure, within 7 minutes
+#   bash benchmarks/gpu-plan.sh next OUT    # if >= 5 minutes are left: the next nbval chunk
 #
 # Steps:
+#   first OUT         within GPU_PLAN_FIRST_S (420 s), install included: the GEMM sweep, ResNet50
+#                     training in the four modes at both layouts, the loss scaler's overhead and
+#                     host syncs, the FP8 training step (the project's FP8 layers and torchao's
+#                     recipes against BF16 autocast), then the `gpu` unit tests; each part is
+#                     stopped at its own share of the time (below). OUT gets first.log, the four
+#                     records, parts.tsv and summary.md (every figure against its target)
+#   next OUT          strict nbval of the notebooks of the GPU path that the ledger
+#                     (data/results/ledger/gpu-ledger.json) says are due, those that show GPU
+#                     figures first, as many as fit in GPU_PLAN_NEXT_S (420 s) with the install;
+#                     the updated ledger goes to OUT/gpu-ledger.json (commit it in its place)
 #   wheelhouse [DIR]  on a machine with a network: download what `install` needs into
 #                     wheelhouse/ (Python 3.12, manylinux x86-64; only pip is needed)
-#   install [OUT]     .venv-gpu-host on top of PYTHON (its PyTorch, NumPy and pytest kept) with
+#   install           .venv-gpu-host on top of PYTHON (its PyTorch, NumPy and pytest kept) with
 #                     requirements-gpu-host.txt from wheelhouse/, offline (pip --no-index);
-#                     every step below does it first when it is not done yet (~30 s)
+#                     `first` and `next` do it first when it is not done yet
 #   check OUT         the machine: hardware report, nvidia-smi, versions (seconds)
-#   records OUT       benchmarks/gemm_sweep.py, resnet50_amp.py (both layouts) and
-#                     scaler_overhead.py, each writing its record into OUT
-#   fp8 OUT           benchmarks/fp8_step.py: an FP8 training step against BF16 autocast
-#   keras OUT         benchmarks/keras_cnn_experiment.py on Keras's PyTorch backend
-#   tests OUT         the unit tests in this environment, the `gpu` ones included (a missing GPU
-#                     is an error), TensorFlow and MXNet tests skipping
-#   nbval-a OUT       strict nbval of notebooks/pytorch/00-05 on the GPU path
-#   nbval-b OUT       strict nbval of notebooks/pytorch/06 and later
-#   nbval OUT NB...   strict nbval of the notebooks named
+#   keras OUT         benchmarks/keras_cnn_experiment.py on Keras's PyTorch backend (the record
+#                     keras/02 shows; not part of a window's two commands)
+#   nbval OUT NB...   strict nbval of the notebooks named (no ledger)
 #
 # Environment:
 #   PYTHON            the host's Python with CUDA PyTorch (default python3)
-#   MPTUTOR_COMMIT    the commit being measured, stored in every record (no .git travels)
-#   GPU_PLAN_LIMIT_S  seconds per step (default 470)
+#   MPTUTOR_COMMIT    the commit being measured, stored in every record and ledger entry (no
+#                     .git travels)
+#   GPU_PLAN_FIRST_S, GPU_PLAN_NEXT_S  seconds for `first` and `next` (default 420 each; give
+#                     `next` what is left of the window less a minute)
+#   GPU_PLAN_LIMIT_S  seconds for the other steps (default 420)
+#   GPU_PLAN_LEDGER   the ledger `next` resumes from (default: the committed one above)
 #   GPU_PLAN_INDEX=1  let `install` use the package index when wheelhouse/ is missing
 #   GPU_PLAN_WHEELHOUSE, GPU_PLAN_VENV  other folders for wheelhouse/ and .venv-gpu-host
-#   GPU_PLAN_REHEARSE=1  rehearse on a machine without a GPU: records steps run tiny (--smoke)
-#                     on the CPU, tests and nbval take the CPU path (MPTUTOR_REQUIRE_GPU=0)
+#   GPU_PLAN_REHEARSE=1  rehearse on a machine without a GPU: `first` runs at --smoke sizes on the
+#                     CPU (the `gpu` tests skip), `next` runs nbval on the CPU path and its
+#                     ledger entries name no GPU (a notebook stays due until a GPU passes it)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
-LIMIT="${GPU_PLAN_LIMIT_S:-470}"
+LIMIT="${GPU_PLAN_LIMIT_S:-420}"
 REHEARSE="${GPU_PLAN_REHEARSE:-0}"
 WHEELHOUSE="${GPU_PLAN_WHEELHOUSE:-$ROOT/wheelhouse}"
 GPU_VENV="${GPU_PLAN_VENV:-$ROOT/.venv-gpu-host}"
+LEDGER="${GPU_PLAN_LEDGER:-$ROOT/data/results/ledger/gpu-ledger.json}"
 GPU_PY="$GPU_VENV/bin/python"
 STAMP="$GPU_VENV/.installed"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
        --nbval-sanitize-with tests/nbval-sanitize.cfg --nbval-cell-timeout=400)
+
+# The parts of `first` and each one's share of its 420 s, in the order they run. A part may also
+# use what the parts before it left unused, never the shares of the parts after it; the benchmark
+# scripts get 80% of their part's time as --budget-s (they start no unit of work that would not
+# fit, and save what they measured), `timeout` stops the part at 100%. Shares come from the
+# operation counts at an H100's rates and the CPU rehearsal's fixed costs (Python and PyTorch
+# start-up, building the models, writing the record), never from the figures measured:
+#   install   45  pip --no-index of the wheelhouse (~29 MiB, 70 wheels) into .venv-gpu-host
+#   machine   10  hardware report and nvidia-smi
+#   gemm      45  5 precisions x 4 sizes, each n and n - 1; the largest, 8192^3 (1.1 TFLOP per
+#                 product), takes ~22 ms in strict FP32 at ~50 TFLOP/s and ~2 ms in FP16, so 10
+#                 samples of >= 10 ms per row are under 10 s of GPU time; the rest is start-up,
+#                 2 s of clock warm-up and CUDA graph capture
+#   resnet50 120  8 runs (4 modes x 2 layouts) of 5 warm-up + 30 timed steps at batch 256:
+#                 ~3.1 TFLOP per step, ~0.45 s in strict FP32 (16 s a run), ~0.2 s in TF32,
+#                 <0.1 s in AMP: ~60 s of steps, plus cuDNN's autotuning of every run
+#   scaler    40  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps
+#                 of <0.05 s, plus building two models and counting host syncs
+#   fp8       95  2 widths x 4 variants x (3 warm-up + 25) steps: width 4096 x 2 blocks x 8192
+#                 tokens is ~20 TFLOP a step, ~35 ms in BF16, so eager runs take seconds; the
+#                 compiled ones pay torch.compile per model and are the ones the budget cuts
+#   tests     50  the `gpu`-marked unit tests (19, tiny sizes) and pytest's collection
+#   summary   15  targets.py --summary over the records
+FIRST_PARTS=(install machine gemm resnet50 scaler fp8 tests summary)
+FIRST_SHARES=(45 10 45 120 40 95 50 15)
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "gpu-plan.sh: $*" >&2; exit 2; }
@@ -59,14 +90,18 @@ step="$1"
 shift
 case "$step" in
     -h | --help) usage; exit 0 ;;
-    wheelhouse | install) out="${1:-}" ;;
-    check | records | fp8 | keras | tests | nbval-a | nbval-b | nbval)
+    wheelhouse | install) out="" ;;
+    first | next | check | keras | nbval)
         [[ $# -ge 1 ]] || die "step '$step' needs an output folder: gpu-plan.sh $step OUT_DIR"
         out="$1"
+        shift
         ;;
     *) die "unknown step '$step' (see --help)" ;;
 esac
-[[ $# -ge 1 ]] && shift
+case "$step" in
+    first) LIMIT="${GPU_PLAN_FIRST_S:-420}" ;;
+    next) LIMIT="${GPU_PLAN_NEXT_S:-420}" ;;
+esac
 if [[ -n "$out" ]]; then
     mkdir -p "$out"
     out="$(cd "$out" && pwd)"
@@ -86,14 +121,14 @@ run() {
     fi
     printf '+ %s\n' "$*"
     local rc=0
-    timeout --kill-after=15 "$left" "$@" || rc=$?
+    timeout --kill-after=5 "$left" "$@" || rc=$?
     if ((rc == 124 || rc == 137)); then
         echo "stopped after the step's $LIMIT s: $*"
     fi
     ((rc == 0)) || failed+=("$* (exit $rc)")
 }
 finish() {
-    say "$step: $((SECONDS - started)) s"
+    say "$step: $((SECONDS - started)) s of $LIMIT s"
     if ((${#failed[@]})); then
         printf 'failed: %s\n' "${failed[@]}"
         exit 1
@@ -135,7 +170,8 @@ index. On a machine with a network run 'bash benchmarks/gpu-plan.sh wheelhouse' 
     # PYTHON may itself be a virtual environment: its site-packages come in through a .pth file.
     "$PYTHON" -c 'import site; print("\n".join(site.getsitepackages()))' \
         >"$("$GPU_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-site-packages.pth"
-    "$GPU_PY" -m pip install --quiet --disable-pip-version-check --no-cache-dir "${source[@]}" \
+    "$GPU_PY" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-compile \
+        "${source[@]}" \
         -r requirements-gpu-host.txt
     KERAS_BACKEND=torch "$GPU_PY" -c 'import torch, nbval, ipykernel, keras
 print("installed beside torch", torch.__version__, "from", torch.__file__)'
@@ -155,11 +191,72 @@ machine() {
     echo "commit: ${MPTUTOR_COMMIT:-unknown (set MPTUTOR_COMMIT)}; rehearsal: $REHEARSE"
 }
 
+# `first`: run part number $1 (a function named part_<name>) within its time: the seconds left of
+# the step less the shares of the parts after it. The function reads $PART_S (its time) and
+# $SCRIPT_S (80% of it, for --budget-s); `timeout` stops it at $PART_S. One line per part goes
+# to OUT/parts.tsv: part, share, time given, time taken, outcome.
+part() {
+    local i=$1 name=${FIRST_PARTS[$1]} later=0 j
+    for ((j = i + 1; j < ${#FIRST_PARTS[@]}; j++)); do later=$((later + FIRST_SHARES[j])); done
+    PART_S=$((LIMIT - (SECONDS - started) - later))
+    ((PART_S > 0)) || PART_S=0
+    SCRIPT_S=$((PART_S * 4 / 5))
+    export PART_S SCRIPT_S
+    say "$name: ${FIRST_SHARES[$i]} s share, $PART_S s given"
+    local t0=$SECONDS rc=0 outcome=ok
+    if ((PART_S < 5)); then
+        outcome="not started: no time left"
+        failed+=("$name (no time left)")
+    else
+        # a function cannot be given to `timeout`: the part runs in a subshell of this script
+        timeout --kill-after=5 "$PART_S" \
+            bash -c "set -euo pipefail; eval \"\$PART_DEFS\"; part_$name" || rc=$?
+        if ((rc == 124 || rc == 137)); then
+            outcome="stopped at its $PART_S s"
+        elif ((rc != 0)); then
+            outcome="exit $rc"
+        fi
+        ((rc == 0)) || failed+=("$name ($outcome)")
+    fi
+    echo "$name: $((SECONDS - t0)) s ($outcome)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "${FIRST_SHARES[$i]}" "$PART_S" "$((SECONDS - t0))" \
+        "$outcome" >>"$out/parts.tsv"
+}
+part_install() { install; }
+part_machine() { machine; }
+part_gemm() {
+    "$GPU_PY" benchmarks/gemm_sweep.py "${smoke[@]}" --budget-s "$SCRIPT_S" --out "$out"
+}
+part_resnet50() {
+    local steps=(--steps 30 --warmup 5)
+    [[ $REHEARSE == 1 ]] && steps=()
+    "$GPU_PY" benchmarks/resnet50_amp.py "${smoke[@]}" "${steps[@]}" --budget-s "$SCRIPT_S" \
+        --out "$out"
+}
+part_scaler() {
+    "$GPU_PY" benchmarks/scaler_overhead.py "${smoke[@]}" --budget-s "$SCRIPT_S" --out "$out"
+}
+part_fp8() {
+    "$GPU_PY" benchmarks/fp8_step.py "${smoke[@]}" --budget-s "$SCRIPT_S" \
+        --variants bf16 fp8 torchao_tensorwise torchao_rowwise --out "$out"
+}
+part_tests() {
+    local gpu_flag=1
+    [[ $REHEARSE == 1 ]] && gpu_flag=0
+    # only the files that hold `gpu` tests: collecting the others would import what they test
+    mapfile -t files < <(grep -l 'mark\.gpu' tests/test_*.py)
+    MPTUTOR_REQUIRE_GPU=$gpu_flag MPTUTOR_REQUIRE_FRAMEWORKS=torch \
+        "$GPU_PY" -m pytest -p no:cacheprovider -q -m gpu -ra "${files[@]}"
+}
+part_summary() {
+    "$GPU_PY" benchmarks/targets.py --summary "$out/summary.md" --parts "$out/parts.tsv" "$out"
+}
+
 smoke=()
 [[ $REHEARSE == 1 ]] && smoke=(--smoke)
 case "$step" in
     wheelhouse)
-        dest="${out:-$WHEELHOUSE}"
+        dest="${1:-$WHEELHOUSE}"
         say "wheels for Python 3.12 on manylinux x86-64 into $dest"
         rm -rf "$dest"
         platforms=()
@@ -173,8 +270,7 @@ case "$step" in
             -r requirements-gpu-host.txt -c requirements.txt -d "$dest"
         # the GPU host brings NumPy with its PyTorch
         rm -f "$dest"/numpy-*.whl
-        du -sh "$dest"
-        echo "wheels: $(ls "$dest" | wc -l)"
+        echo "wheels: $(ls "$dest" | wc -l), $(du -sb "$dest" | cut -f1) bytes"
         exit 0
         ;;
     install)
@@ -185,26 +281,31 @@ case "$step" in
         install
         machine
         ;;
-    records)
+    first)
         need_gpu
-        install
-        machine
-        say "GEMM sweep: strict FP32, TF32, FP16, BF16, FP8 at 1024..8192 and n - 1"
-        run "$GPU_PY" benchmarks/gemm_sweep.py "${smoke[@]}" --out "$out"
-        say "ResNet50 training: strict FP32, TF32, AMP FP16, AMP BF16; NCHW and channels_last"
-        run "$GPU_PY" benchmarks/resnet50_amp.py "${smoke[@]}" --out "$out"
-        say "master weights and loss scaler against torch.amp.GradScaler"
-        run "$GPU_PY" benchmarks/scaler_overhead.py "${smoke[@]}" --out "$out"
-        say "these records against the targets"
-        run "$GPU_PY" benchmarks/targets.py "$out"
+        rm -f "$out/parts.tsv"
+        export GPU_PY REHEARSE out PYTHON WHEELHOUSE GPU_VENV STAMP
+        PART_DEFS="$(declare -p smoke; declare -f install _install_key _needed machine say die \
+            $(printf 'part_%s ' "${FIRST_PARTS[@]}"))"
+        export PART_DEFS
+        for i in "${!FIRST_PARTS[@]}"; do
+            part "$i"
+            # the install may find that PYTHON has everything: the later parts use it then
+            [[ $i == 0 && ! -x "$GPU_VENV/bin/python" ]] && GPU_PY="$PYTHON"
+        done
+        echo "the parts (OUT/parts.tsv):"
+        column -t -s $'\t' "$out/parts.tsv" || cat "$out/parts.tsv"
         ;;
-    fp8)
+    next)
         need_gpu
-        [[ -f benchmarks/fp8_step.py ]] || die "benchmarks/fp8_step.py is not in this checkout"
         install
-        machine
-        run "$GPU_PY" benchmarks/fp8_step.py "${smoke[@]}" --out "$out"
-        run "$GPU_PY" benchmarks/targets.py "$out"
+        left=$((LIMIT - (SECONDS - started) - 10))
+        ((left >= 30)) || die "only $left s are left for nbval after the install"
+        say "strict nbval of the notebooks due (ledger $LEDGER), within $left s"
+        retry=()
+        [[ "${GPU_PLAN_RETRY_FAILED:-0}" == 1 ]] && retry=(--retry-failed)
+        run "$GPU_PY" benchmarks/ledger.py next "$out" --budget-s "$left" --ledger "$LEDGER" \
+            --python "$GPU_PY" "${retry[@]}"
         ;;
     keras)
         need_gpu
@@ -213,30 +314,12 @@ case "$step" in
         run env KERAS_BACKEND=torch "$GPU_PY" benchmarks/keras_cnn_experiment.py "${smoke[@]}" \
             --backend-note "Keras on the PyTorch backend, benchmarks/gpu-plan.sh keras" --out "$out"
         ;;
-    tests)
+    nbval)
         need_gpu
         install
         machine
-        if [[ $REHEARSE == 1 ]]; then gpu_flag=0; else gpu_flag=1; fi
-        run env MPTUTOR_REQUIRE_GPU=$gpu_flag MPTUTOR_REQUIRE_FRAMEWORKS=torch \
-            "$GPU_PY" -m pytest -p no:cacheprovider -q tests
-        ;;
-    nbval-a | nbval-b | nbval)
-        need_gpu
-        install
-        machine
-        if [[ $step == nbval-a ]]; then
-            notebooks=(notebooks/pytorch/0[0-5]-*.ipynb)
-        elif [[ $step == nbval-b ]]; then
-            notebooks=()
-            for nb in notebooks/pytorch/*.ipynb; do
-                [[ $(basename "$nb") < 06 ]] || notebooks+=("$nb")
-            done
-        else
-            [[ $# -ge 1 ]] || die "step 'nbval' needs the notebooks to check"
-            notebooks=("$@")
-        fi
-        run "$GPU_PY" -m pytest "${NBVAL[@]}" "${notebooks[@]}"
+        [[ $# -ge 1 ]] || die "step 'nbval' needs the notebooks to check"
+        run env KERAS_BACKEND=torch "$GPU_PY" -m pytest "${NBVAL[@]}" "$@"
         ;;
 esac
 finish

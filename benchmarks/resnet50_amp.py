@@ -15,9 +15,15 @@ row), and with each mode at its own best layout (``best_layouts``): strict FP32 
 faster in NCHW while the AMP modes run faster in channels_last, and a speed-up against FP32 held
 in its slower layout would flatter mixed precision. The project's targets use the second.
 
+Order and time: channels_last first (the layout of the images/s target), then NCHW, each mode in
+the order of --modes. With --budget-s a mode is not started once what is left is shorter than
+what it took in the other layout (or, before that, the longest run so far); the record lists it
+under ``skipped`` with the reason.
+
 Usage::
 
     python benchmarks/resnet50_amp.py --out DIR          # GPU: the full comparison, recorded
+    python benchmarks/resnet50_amp.py --steps 30 --budget-s 120 --out DIR  # within 120 s
     python benchmarks/resnet50_amp.py --smoke --out DIR  # tiny CPU run that checks the path
 """
 
@@ -34,13 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets 
 
 import records  # noqa: E402
 import targets  # noqa: E402
+from ledger import Budget  # noqa: E402
 
 from mptutor import formats, hardware  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
 from mptutor import torch_perf as tp  # noqa: E402
 from mptutor.table import Table  # noqa: E402
 
-LAYOUTS = {"nchw": False, "channels_last": True}
+LAYOUTS = {"channels_last": True, "nchw": False}
 #: The training modes of ``tp.measure_training``, as ``mptutor.formats.PRECISIONS`` names them.
 MODES = ["fp32", "tf32", "amp_fp16", "amp_bf16"]
 
@@ -81,10 +88,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS), help="default both"
     )
+    parser.add_argument(
+        "--budget-s", type=float, default=None, help="start no run after this many seconds"
+    )
     records.add_record_options(
         parser, smoke_help="tiny model and batch, checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
+    budget = Budget(args.budget_s)
     device = args.device or ("cpu" if args.smoke else mpt.device())
     gpu_before = records.gpu_state() if torch.device(device).type == "cuda" else None
     small = args.smoke
@@ -93,11 +104,16 @@ def main(argv: list[str] | None = None) -> None:
     image_size = args.image_size or (16 if small else 224)
     steps = args.steps or (1 if small else 20)
     warmup = args.warmup if args.warmup is not None else (1 if small else 5)
-    layouts = [LAYOUTS[name] for name in args.layouts]
+    layouts = [v for k, v in LAYOUTS.items() if k in args.layouts]
 
-    rows, skipped = [], {}
+    rows, skipped, took = [], {}, {}
     for channels_last in layouts:
         for mode in args.modes:
+            layout = "channels_last" if channels_last else "nchw"
+            if not budget.allows(took.get(mode, max(took.values(), default=0.0))):
+                skipped[f"{mode} {layout}"] = budget.why_not()
+                continue
+            start = budget.spent()
             row = tp.measure_training(
                 lambda: build_model(model),
                 mode,
@@ -109,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                 warmup,
                 channels_last,
             )
+            took[mode] = budget.spent() - start
             if "skipped" in row:
                 skipped[mode] = row["skipped"]
             else:
@@ -158,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         "warmup": warmup,
         "timing": "median of per-step wall-clock times, each step between device syncs",
         "skipped": skipped,
+        "budget_s": args.budget_s,
         "rows": rows,
         "best_layouts": best_rows,
     }

@@ -18,10 +18,14 @@ backward and optimizer: the figure the project's target is stated for), and the 
 alone (unscale, inf check, step, scale update). On a GPU the host syncs are counted with
 ``torch.cuda.set_sync_debug_mode``, for the optimizer part and for the whole step.
 
+Time: with --budget-s no round starts once what is left is shorter than the longest round so
+far took (the first round always runs); the record gives the rounds run.
+
 Usage::
 
     python benchmarks/scaler_overhead.py                   # CPU: small MLP
     python benchmarks/scaler_overhead.py --out DIR         # GPU: ResNet50 (torchvision), record
+    python benchmarks/scaler_overhead.py --budget-s 30 --out DIR  # rounds within 30 s
     python benchmarks/scaler_overhead.py --smoke --out DIR # tiny CNN on CPU, checks the path
 """
 
@@ -40,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # records and targets 
 
 import records  # noqa: E402
 import targets  # noqa: E402
+from ledger import Budget  # noqa: E402
 
 from mptutor import torch as mpt  # noqa: E402
 from mptutor.scaling import DynamicLossScaler  # noqa: E402
@@ -151,7 +156,8 @@ class TorchAmp:
         self.opt.zero_grad(set_to_none=True)
 
 
-def measure(args: argparse.Namespace) -> dict:
+def measure(args: argparse.Namespace, budget: Budget | None = None) -> dict:
+    budget = budget or Budget(None)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     model_a, shape, classes = build_model(args.model)
@@ -178,7 +184,12 @@ def measure(args: argparse.Namespace) -> dict:
         for _ in range(args.warmup):
             t.forward_backward(x, y)
             t.step()
+    rounds, longest = 0, 0.0
     for _ in range(args.rounds):
+        if rounds and not budget.allows(longest):
+            break
+        round_start = budget.spent()
+        rounds += 1
         for name, t in trainers.items():
             for _ in range(args.iters):
                 sync()
@@ -191,6 +202,7 @@ def measure(args: argparse.Namespace) -> dict:
                 end = time.perf_counter()
                 iteration[name].append(end - start)
                 step[name].append(end - mid)
+        longest = max(longest, budget.spent() - round_start)
 
     mp = trainers["mptutor"].opt
     result = {
@@ -199,7 +211,9 @@ def measure(args: argparse.Namespace) -> dict:
         "device": str(device),
         "channels_last": args.channels_last,
         "master_strides_match": not stride_mismatches(mp.model_params, mp.master_params),
-        "rounds": args.rounds,
+        "rounds": rounds,
+        "rounds_asked": args.rounds,
+        "budget_s": budget.seconds,
         "iters_per_round": args.iters,
         "parameters": sum(p.numel() for p in model_b.parameters()),
         "parameter_tensors": sum(1 for _ in model_b.parameters()),
@@ -248,10 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default 5")
     parser.add_argument("--iters", type=int, default=None, help="default 10")
     parser.add_argument("--warmup", type=int, default=None, help="default 5")
+    parser.add_argument(
+        "--budget-s", type=float, default=None, help="start no round after this many seconds"
+    )
     records.add_record_options(
         parser, smoke_help="tiny CNN in channels_last, checks the code path (CPU unless --device)"
     )
     args = parser.parse_args(argv)
+    budget = Budget(args.budget_s)
     args.device = args.device or ("cpu" if args.smoke else mpt.device())
     cuda = torch.device(args.device).type == "cuda"
     gpu_before = records.gpu_state() if cuda else None
@@ -267,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     args.rounds = args.rounds or small or 5
     args.iters = args.iters or (2 if args.smoke else 10)
     args.warmup = args.warmup if args.warmup is not None else (small or 5)
-    result = measure(args)
+    result = measure(args, budget)
     print(
         f"model {result['model']} ({result['parameters']:,} parameters in "
         f"{result['parameter_tensors']} tensors), batch {result['batch']}, {result['device']}, "

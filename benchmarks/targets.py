@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/targets.py                   # the targets, as a Markdown table
     python benchmarks/targets.py data/results DIR  # every record in these folders, checked
+    python benchmarks/targets.py --summary OUT/summary.md --parts OUT/parts.tsv OUT
 
 A target is checked only against records it is stated for: the kind of benchmark, a real run
 (never a smoke run), the kind of device (a CPU target against CPU records, a GPU target against
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mptutor._atomic import write_text
 from mptutor.bench import _record_device as record_device
 from mptutor.bench import _record_kind as record_kind
 from mptutor.bench import find_records
@@ -213,7 +215,11 @@ def _scaler_figures(data: dict[str, Any], where: str) -> dict[str, float | None]
 
 
 def _fp8_figures(data: dict[str, Any], where: str) -> dict[str, float | None]:
-    speedups = [r["speedup_vs_bf16"] for r in _rows(data, (), where) if "speedup_vs_bf16" in r]
+    speedups = [
+        r["speedup_vs_bf16"]
+        for r in _rows(data, (), where)
+        if "speedup_vs_bf16" in r and r.get("variant", "fp8") == "fp8"  # not torchao's rows
+    ]
     return {"fp8_step_vs_bf16": max(speedups) if speedups else None}
 
 
@@ -232,7 +238,8 @@ def record_figures(record: dict[str, Any], path: Any = None) -> dict[str, float 
     best memory layout (the faster of NCHW and channels_last in the record), so that neither
     side of a ratio is held back by a layout that suits the other. The scaler's step time ratio
     is the whole training iteration (forward, backward, optimizer). The FP8 speed-up is the
-    largest over the record's widths and its eager and compiled runs.
+    largest of the project's FP8 layers (``fp8`` rows, delayed scaling; torchao's recipes are
+    not what the target is stated for) over the record's widths and its eager and compiled runs.
 
     Parameters
     ----------
@@ -291,9 +298,122 @@ def check_targets(records: list[tuple[Path, dict[str, Any]]], every_target: bool
     return Table(rows, title="Performance targets against recorded runs")
 
 
+def _markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """Rows of dicts as a Markdown table (the columns of all rows, in order of appearance)."""
+    if not rows:
+        return ["(none)"]
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v).replace("|", "/")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return lines
+
+
+def _measured(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headline figures of one record, beyond the target figures: one row each."""
+    kind, data = record_kind(record), record["data"]
+    rows: list[dict[str, Any]] = []
+    if kind == _GEMM:
+        for r in data.get("rows", []):
+            if r["m"] in data.get("sizes", []) and "tflops" in r:  # n, not n - 1
+                rows.append({"figure": f"GEMM {r['m']}^3 {r['precision']}",
+                             "value": r["tflops"], "unit": "TFLOP/s"})  # fmt: skip
+        for size, why in data.get("skipped_sizes", {}).items():
+            rows.append({"figure": f"GEMM {size}^3", "value": None, "unit": why})
+    elif kind == _RESNET:
+        for r in data.get("rows", []):
+            layout = "channels_last" if r["channels_last"] else "NCHW"
+            rows.append({"figure": f"{data.get('model')} {r['mode']} {layout}",
+                         "value": r["images_per_s"], "unit": "images/s"})  # fmt: skip
+            rows.append({"figure": f"{data.get('model')} {r['mode']} {layout} peak memory",
+                         "value": r.get("peak_memory_gib"), "unit": "GiB"})  # fmt: skip
+        for what, why in data.get("skipped", {}).items():
+            rows.append({"figure": f"{data.get('model')} {what}", "value": None, "unit": why})
+    elif kind == _SCALER:
+        rows.append({"figure": f"scaler {data.get('model')}: training step, mptutor / torch",
+                     "value": data.get("iteration_ratio"), "unit": "x"})  # fmt: skip
+        rows.append({"figure": f"scaler {data.get('model')}: optimizer part, mptutor / torch",
+                     "value": data.get("step_ratio"), "unit": "x"})  # fmt: skip
+        for who, n in (data.get("host_syncs_per_iteration") or {}).items():
+            rows.append({"figure": f"host syncs per training step, {who}", "value": n,
+                         "unit": ""})  # fmt: skip
+    elif kind == _FP8:
+        for r in data.get("rows", []):
+            if "speedup_vs_bf16" in r:
+                mode = "compiled" if r.get("compiled") else "eager"
+                rows.append({"figure": f"{r['variant']} / bf16 step, width {r['width']}, {mode}",
+                             "value": r["speedup_vs_bf16"], "unit": "x"})  # fmt: skip
+        for variant, why in (data.get("unavailable") or {}).items():
+            rows.append({"figure": variant, "value": None, "unit": f"not measured: {why}"})
+        for what, why in (data.get("skipped") or {}).items():
+            rows.append({"figure": f"fp8 step {what}", "value": None, "unit": why})
+    return rows
+
+
+def summary_markdown(folder: str | Path, parts: str | Path | None = None) -> str:
+    """The summary of one ``gpu-plan.sh first`` run: its parts, every figure, the targets.
+
+    Parameters
+    ----------
+    folder : path-like
+        The run's output folder (its records; smoke records are listed but held against no
+        target).
+    parts : path-like, optional
+        The plan's table of parts (tab-separated: part, share s, budget s, took s, outcome).
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
+    found = find_records(results_dir=folder, include_smoke=True)
+    lines = ["# GPU plan `first`: every figure against its target", ""]
+    for path, record in found:
+        data = record["data"]
+        lines.append(
+            f"- `{path.name}`: {_gpu_name(record) or record_device(record)}, torch "
+            f"{data.get('torch')}, commit {record.get('git_commit')}"
+            + (", smoke sizes (a rehearsal, no target applies)" if data.get("smoke") else "")
+        )
+    if parts is not None and Path(parts).exists():
+        fields = ("part", "share s", "budget s", "took s", "outcome")
+        rows = [
+            dict(zip(fields, line.split("\t"), strict=False))
+            for line in Path(parts).read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+        lines += ["", "## Parts", "", *_markdown(rows)]
+    real = [(p, r) for p, r in found if not r["data"].get("smoke")]
+    lines += ["", "## Targets", "", *_markdown(check_targets(real).to_dicts())]
+    figures = [
+        {"record": p.name, **row} for p, r in found for row in _measured(r)
+    ]  # fmt: skip
+    lines += ["", "## Figures", "", *_markdown(figures), ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the targets, or check the records in the folders named on the command line."""
-    folders = sys.argv[1:] if argv is None else argv
+    """Print the targets, or check the records in the folders named on the command line.
+
+    ``--summary FILE [--parts TSV] FOLDER`` writes :func:`summary_markdown` of one folder.
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] == "--summary":
+        parts = None
+        if len(args) == 5 and args[2] == "--parts":
+            parts, args = args[3], args[:2] + args[4:]
+        if len(args) != 3:
+            raise SystemExit("usage: targets.py --summary FILE [--parts TSV] FOLDER")
+        text = summary_markdown(args[2], parts)
+        write_text(Path(args[1]), text)
+        print(text)
+        return 0
+    folders = args
     if not folders:
         print(targets_markdown())
         return 0

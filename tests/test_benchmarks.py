@@ -281,8 +281,8 @@ def test_resnet50_benchmark_compares_each_mode_at_its_best_layout(tmp_path, caps
     _, record = _only_record(tmp_path)
     data = record["data"]
     assert [(r["mode"], r["channels_last"]) for r in data["rows"]] == [
-        (mode, layout) for layout in (False, True) for mode in ("fp32", "amp_bf16")
-    ]
+        (mode, layout) for layout in (True, False) for mode in ("fp32", "amp_bf16")
+    ]  # channels_last first: the layout of the images/s target
     assert all(r["peak_memory_gib"] is None and r["times_s"] for r in data["rows"])
     best = {r["mode"]: r for r in data["best_layouts"]}
     for mode, row in best.items():
@@ -357,11 +357,14 @@ def test_the_gpu_plan_is_strict_bash_with_its_steps_documented():
     text = PLAN.read_text(encoding="utf-8")
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
     helped = _plan("--help").stdout
-    for step in ("wheelhouse", "install", "records", "fp8", "keras", "tests", "nbval-a", "nbval-b"):
+    for step in ("first", "next", "wheelhouse", "install", "check", "keras", "nbval"):
         assert f"\n  {step} " in helped, step
+    for gone in ("records", "fp8", "tests", "nbval-a", "nbval-b"):  # `first` and `next` do these
+        assert f"\n  {gone} " not in helped, gone
+        assert _plan(gone, "x").returncode == 2
     done = _plan("no-such-step", "x")
     assert done.returncode == 2 and "unknown step" in done.stderr
-    done = _plan("records")
+    done = _plan("first")
     assert done.returncode == 2 and "needs an output folder" in done.stderr
 
 
@@ -369,9 +372,9 @@ def test_the_gpu_plan_fails_clearly_without_a_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    done = _plan("records", str(tmp_path / "out"))
+    done = _plan("first", str(tmp_path / "out"))
     assert done.returncode == 2 and "sees no CUDA GPU" in done.stdout + done.stderr
-    assert "sees no CUDA GPU" in (tmp_path / "out" / "records.log").read_text()
+    assert "sees no CUDA GPU" in (tmp_path / "out" / "first.log").read_text()
     assert not bench.find_records(results_dir=tmp_path / "out", include_smoke=True)
 
 
