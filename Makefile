@@ -10,9 +10,9 @@
 #   make run         execute every notebook into build/<track>/ (.ipynb + .html) with a summary
 #   make notebooks   re-execute the committed notebooks in place
 #   make test-gpu PYTHON=/path/to/python
-#                    on a GPU host that brings its own CUDA PyTorch: the unit tests (the `gpu`
-#                    ones included) and strict nbval over the PyTorch notebooks on the GPU path,
-#                    through benchmarks/gpu-plan.sh, which also runs without make (README, "GPU plan")
+#                    on a GPU host that brings its own CUDA PyTorch: a window's two commands of
+#                    benchmarks/gpu-plan.sh, `first` (every headline figure, the `gpu` tests) and
+#                    `next` (the next chunk of strict nbval from the ledger); README, "GPU plan"
 #   make wheelhouse  download what the GPU host installs (Python 3.12), for an offline host
 #   make lab         JupyterLab in the main environment
 #   make lint        ruff over the package, tests, benchmarks and notebooks
@@ -119,14 +119,16 @@ notebooks: venvs
 	$(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --in-place || rc=1; \
 	exit $$rc
 
-# A GPU host: PYTHON is its interpreter with CUDA PyTorch. The plan's steps install what is
-# missing beside it from wheelhouse/ (offline; they stop with a clear message when it is absent)
-# and each runs within 8 minutes; all three run even if one fails.
+# A GPU host lent for a window: PYTHON is its interpreter with CUDA PyTorch. The window's two
+# commands (README, "GPU plan"): `first`, every headline figure within 7 minutes (the install
+# from wheelhouse/ included), then `next`, the notebooks the ledger says are due, as many as fit
+# in 7 minutes; on a host lent for 15 minutes, run `next` only with 5 minutes or more left
+# (GPU_PLAN_NEXT_S=<seconds left less a minute>), then give the host back. Both run even if
+# `first` fails; commit the records and $(GPU_OUT)/next/gpu-ledger.json afterwards.
 test-gpu:
 	@rc=0; \
-	$(GPU_PLAN) tests $(GPU_OUT) || rc=1; \
-	$(GPU_PLAN) nbval-a $(GPU_OUT) || rc=1; \
-	$(GPU_PLAN) nbval-b $(GPU_OUT) || rc=1; \
+	$(GPU_PLAN) first $(GPU_OUT)/first || rc=1; \
+	$(GPU_PLAN) next $(GPU_OUT)/next || rc=1; \
 	exit $$rc
 
 # Wheels for the GPU host (Linux x86-64, Python 3.12); needs only pip, not the environments.
