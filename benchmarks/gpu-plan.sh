@@ -64,7 +64,7 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 # operation counts at an H100's rates and the CPU rehearsal's fixed costs (Python and PyTorch
 # start-up, building the models, writing the record), never from the figures measured:
 #   install   45  pip --no-index of the wheelhouse (~29 MiB, 70 wheels) into .venv-gpu-host
-#   machine   10  hardware report and nvidia-smi
+#   machine   20  hardware report and nvidia-smi (importing PyTorch: 19 s in the CPU rehearsal)
 #   gemm      45  5 precisions x 4 sizes, each n and n - 1; the largest, 8192^3 (1.1 TFLOP per
 #                 product), takes ~22 ms in strict FP32 at ~50 TFLOP/s and ~2 ms in FP16, so 10
 #                 samples of >= 10 ms per row are under 10 s of GPU time; the rest is start-up,
@@ -74,13 +74,17 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 #                 <0.1 s in AMP: ~60 s of steps, plus cuDNN's autotuning of every run
 #   scaler    40  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps
 #                 of <0.05 s, plus building two models and counting host syncs
-#   fp8       95  2 widths x 4 variants x (3 warm-up + 25) steps: width 4096 x 2 blocks x 8192
+#   fp8       85  2 widths x 4 variants x (3 warm-up + 25) steps: width 4096 x 2 blocks x 8192
 #                 tokens is ~20 TFLOP a step, ~35 ms in BF16, so eager runs take seconds; the
 #                 compiled ones pay torch.compile per model and are the ones the budget cuts
-#   tests     50  the `gpu`-marked unit tests (19, tiny sizes) and pytest's collection
+#   tests     50  the 21 `gpu`-marked unit tests (tiny sizes) in 10 files, and their collection
 #   summary   15  targets.py --summary over the records
+# The fixed costs, from a CPU rehearsal at --smoke sizes on a 2-core machine (GPU_PLAN_REHEARSE=1,
+# nothing to install): machine 19 s, gemm 20 s, resnet50 29 s, scaler 25 s, fp8 31 s (torchao's
+# recipes included), tests 23 s, summary 1 s; 148 s in all. The install from the wheelhouse (pip
+# --no-compile) took 20 s, 5 s of it CPU time, in a Python 3.12 holding only NumPy and pytest.
 FIRST_PARTS=(install machine gemm resnet50 scaler fp8 tests summary)
-FIRST_SHARES=(45 10 45 120 40 95 50 15)
+FIRST_SHARES=(45 20 45 120 40 85 50 15)
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "gpu-plan.sh: $*" >&2; exit 2; }
