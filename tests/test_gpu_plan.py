@@ -326,3 +326,16 @@ def test_the_nbval_runner_reports_passed_failed_and_stopped(tmp_path):
     assert run_one("bad.ipynb", 20)[0] == "failed"
     status, output = run_one("slow.ipynb", 1)
     assert status == "stopped" and "nbval of slow.ipynb" in output
+
+
+def test_the_readme_and_make_test_gpu_say_what_the_script_does():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## GPU plan") :].split("\n## ")[0]
+    table = dict(re.findall(r"^\| (\w+) \| (\d+) s \|", section, re.M))
+    shares = zip(_shell_array("FIRST_PARTS"), _shell_array("FIRST_SHARES"), strict=True)
+    assert table == dict(shares)
+    assert "gpu-plan.sh first" in section and "gpu-plan.sh next" in section
+    assert "data/results/ledger/gpu-ledger.json" in section
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile[makefile.index("\ntest-gpu:") :].split("\n\n")[0]
+    assert re.findall(r"\$\(GPU_PLAN\) (\w+)", recipe) == ["first", "next"]
