@@ -8,6 +8,9 @@
 #   make test        create both environments on first use, run the unit tests in each, then
 #                    strict nbval over every notebook in its framework's environment
 #   make run         execute every notebook into build/<track>/ (.ipynb + .html) with a summary
+#                    and build them into a site, build/site/index.html
+#   make site        the site from the committed notebooks (landing page, a page per notebook,
+#                    API reference, search; offline) in build/site/; docs/build_site.py
 #   make notebooks   re-execute the committed notebooks in place
 #   make test-gpu PYTHON=/path/to/python
 #                    on a GPU host that brings its own CUDA PyTorch: a window's two commands of
@@ -70,7 +73,7 @@ MPTUTOR_REQUIRE_GPU ?= 1
 GPU_PLAN := PYTHON=$(PYTHON) GPU_PLAN_REHEARSE=$(if $(filter 0,$(MPTUTOR_REQUIRE_GPU)),1,0) \
             bash benchmarks/gpu-plan.sh
 
-.PHONY: venvs test test-unit test-notebooks run notebooks test-gpu wheelhouse lab lint clean
+.PHONY: venvs test test-unit test-notebooks run site notebooks test-gpu wheelhouse lab lint clean
 
 venvs: $(MAIN_STAMP) $(MXNET_STAMP)
 
@@ -111,7 +114,11 @@ run: $(MAIN_STAMP) $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
 	else \
 	    echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; rc=1; \
 	fi; \
+	$(MAIN_PY) docs/build_site.py --notebooks build || rc=1; \
 	exit $$rc
+
+site: $(MAIN_STAMP)
+	$(MAIN_PY) docs/build_site.py
 
 notebooks: venvs
 	@rc=0; \
