@@ -18,7 +18,8 @@ in its slower layout would flatter mixed precision. The project's targets use th
 Order and time: channels_last first (the layout of the images/s target), then NCHW, each mode in
 the order of --modes. With --budget-s a mode is not started once what is left is shorter than
 what it took in the other layout (or, before that, the longest run so far); the record lists it
-under ``skipped`` with the reason.
+under ``skipped`` with the reason. The record is saved after every run (``complete`` false until
+the end), so that a run stopped from outside keeps what it measured.
 
 Usage::
 
@@ -72,6 +73,33 @@ def build_model(name: str) -> nn.Module:
     raise SystemExit(f"unknown model {name!r}: choose resnet50 or tiny")
 
 
+def compare(rows: list[dict]) -> list[dict]:
+    """Add each row's ratios to strict FP32 and TF32 in its layout; return the best-layout rows."""
+    base = {r["channels_last"]: r for r in rows if r["mode"] == "fp32"}
+    tf32_rows = {r["channels_last"]: r for r in rows if r["mode"] == "tf32"}
+    for r in rows:
+        b, t = base.get(r["channels_last"]), tf32_rows.get(r["channels_last"])
+        if b is not None and r is not b:
+            r["speedup_vs_fp32"] = r["images_per_s"] / b["images_per_s"]
+            if r["peak_memory_gib"] and b["peak_memory_gib"]:
+                r["memory_vs_fp32"] = r["peak_memory_gib"] / b["peak_memory_gib"]
+        if t is not None and r["mode"].startswith("amp"):
+            r["speedup_vs_tf32"] = r["images_per_s"] / t["images_per_s"]
+    best = targets.best_layouts(rows)
+    best_rows = []
+    for mode, r in best.items():
+        row = {"mode": mode, "best layout": "channels_last" if r["channels_last"] else "nchw"}
+        row["images_per_s"] = r["images_per_s"]
+        row["peak_memory_gib"] = r["peak_memory_gib"]
+        for base in ("fp32", "tf32"):
+            if base in best and mode != base:
+                row[f"speedup_vs_{base}"] = r["images_per_s"] / best[base]["images_per_s"]
+        if "fp32" in best and r["peak_memory_gib"] and mode != "fp32":
+            row["memory_vs_fp32"] = r["peak_memory_gib"] / best["fp32"]["peak_memory_gib"]
+        best_rows.append(row)
+    return best_rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -106,6 +134,23 @@ def main(argv: list[str] | None = None) -> None:
     warmup = args.warmup if args.warmup is not None else (1 if small else 5)
     layouts = [v for k, v in LAYOUTS.items() if k in args.layouts]
 
+    def save(rows: list[dict], skipped: dict, complete: bool = False):
+        # after every run too, so that a part stopped from outside keeps the runs it finished
+        data = {
+            "model": model,
+            "batch": batch,
+            "image_size": image_size,
+            "steps": steps,
+            "warmup": warmup,
+            "timing": "median of per-step wall-clock times, each step between device syncs",
+            "skipped": skipped,
+            "budget_s": args.budget_s,
+            "complete": complete,
+            "rows": rows,
+            "best_layouts": compare(rows),
+        }
+        return records.save_record("resnet50_amp", device, data, args, gpu_before=gpu_before)
+
     rows, skipped, took = [], {}, {}
     for channels_last in layouts:
         for mode in args.modes:
@@ -130,28 +175,9 @@ def main(argv: list[str] | None = None) -> None:
                 skipped[mode] = row["skipped"]
             else:
                 rows.append(row)
-    base = {r["channels_last"]: r for r in rows if r["mode"] == "fp32"}
-    tf32_rows = {r["channels_last"]: r for r in rows if r["mode"] == "tf32"}
-    for r in rows:
-        b, t = base.get(r["channels_last"]), tf32_rows.get(r["channels_last"])
-        if b is not None and r is not b:
-            r["speedup_vs_fp32"] = r["images_per_s"] / b["images_per_s"]
-            if r["peak_memory_gib"] and b["peak_memory_gib"]:
-                r["memory_vs_fp32"] = r["peak_memory_gib"] / b["peak_memory_gib"]
-        if t is not None and r["mode"].startswith("amp"):
-            r["speedup_vs_tf32"] = r["images_per_s"] / t["images_per_s"]
-    best = targets.best_layouts(rows)
-    best_rows = []
-    for mode, r in best.items():
-        row = {"mode": mode, "best layout": "channels_last" if r["channels_last"] else "nchw"}
-        row["images_per_s"] = r["images_per_s"]
-        row["peak_memory_gib"] = r["peak_memory_gib"]
-        for base in ("fp32", "tf32"):
-            if base in best and mode != base:
-                row[f"speedup_vs_{base}"] = r["images_per_s"] / best[base]["images_per_s"]
-        if "fp32" in best and r["peak_memory_gib"] and mode != "fp32":
-            row["memory_vs_fp32"] = r["peak_memory_gib"] / best["fp32"]["peak_memory_gib"]
-        best_rows.append(row)
+                print(f"{mode} {layout}: {row['images_per_s']:.4g} images/s", flush=True)
+                save(rows, skipped)
+    best_rows = compare(rows)
     print(hardware.report().summary(), f"| {model}, batch {batch}, {image_size} px")
     columns = (
         "mode",
@@ -167,19 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     print(Table(best_rows, float_format=".4g", title="Each mode at its best layout"))
     for mode, why in skipped.items():
         print(f"not measured: {mode}: {why}")
-    data = {
-        "model": model,
-        "batch": batch,
-        "image_size": image_size,
-        "steps": steps,
-        "warmup": warmup,
-        "timing": "median of per-step wall-clock times, each step between device syncs",
-        "skipped": skipped,
-        "budget_s": args.budget_s,
-        "rows": rows,
-        "best_layouts": best_rows,
-    }
-    path = records.save_record("resnet50_amp", device, data, args, gpu_before=gpu_before)
+    path = save(rows, skipped, complete=True)
     if path is not None:
         print("saved", path)
         checks = targets.check_targets([(path, records.read_record(path))], every_target=False)

@@ -339,3 +339,12 @@ def test_the_readme_and_make_test_gpu_say_what_the_script_does():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = makefile[makefile.index("\ntest-gpu:") :].split("\n\n")[0]
     assert re.findall(r"\$\(GPU_PLAN\) (\w+)", recipe) == ["first", "next"]
+
+
+def test_a_spent_budget_skips_the_resnet_runs_and_the_record_says_which(tmp_path):
+    _script("resnet50_amp").main(["--smoke", "--modes", "fp32", "amp_bf16", "--budget-s", "1e-9",
+                                  "--out", str(tmp_path)])  # fmt: skip
+    data = _record(tmp_path)
+    assert data["rows"] == [] and data["best_layouts"] == [] and data["complete"]
+    assert set(data["skipped"]) == {f"{m} {layout}" for m in ("fp32", "amp_bf16")
+                                    for layout in ("channels_last", "nchw")}  # fmt: skip
