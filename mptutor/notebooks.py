@@ -412,3 +412,7 @@ class _NotebookTimes:
             names = ", ".join(f"{n} ({s:.0f} s > {b:.0f} s)" for n, s, b in over)
             verdict = "enforced: the session fails" if self.enforced else "not enforced here"
             terminalreporter.write_line(f"over budget ({verdict}; {_BUDGETS_VAR}, CI): {names}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -277,3 +277,15 @@ def notebooks_execute(nb, folder):
 
     NotebookClient(nb, timeout=60, resources={"metadata": {"path": str(folder)}}).execute()
     return nb
+
+
+def test_the_command_line_runs_as_a_module(tmp_path):
+    import subprocess
+    import sys
+
+    nb = _notebook(tmp_path / "x.ipynb", "6 * 7")
+    args = [sys.executable, "-m", "mptutor.notebooks", str(nb), "--out", str(tmp_path / "out")]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "x.ipynb ... pass in" in done.stdout
+    assert (tmp_path / "out" / tmp_path.name / "x.html").exists()
