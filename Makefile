@@ -94,9 +94,12 @@ $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
 
 test: test-unit test-notebooks
 
+# The unit tests print their ten slowest; strict nbval prints the seconds of every notebook.
 test-unit: venvs
-	MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest -p no:cacheprovider tests
-	MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest -p no:cacheprovider tests
+	MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest -p no:cacheprovider \
+	    --durations=10 tests
+	MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest -p no:cacheprovider \
+	    --durations=10 tests
 
 test-notebooks: venvs
 	$(MAIN_PY) -m pytest $(NBVAL) $(MAIN_NOTEBOOKS)
