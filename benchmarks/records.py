@@ -32,6 +32,8 @@ from typing import Any
 
 from mptutor import hardware
 from mptutor._atomic import write_text
+from mptutor._checks import check_type
+from mptutor.bench import _check_record
 from mptutor.bench import _read_record as read_record  # noqa: F401 - the notebooks' reader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,12 +241,23 @@ def save_result(
     Raises
     ------
     ValueError
-        If ``name`` has other characters.
+        If ``name`` has other characters, or the record would be one that
+        :func:`mptutor.bench.find_records` refuses (e.g. ``data["device"]`` neither ``"cpu"``
+        nor ``"cuda[:N]"``); nothing is written.
     TypeError
-        If ``data`` is not JSON-serialisable (nothing is written).
+        If ``name`` is not a string, ``data`` not a dict or not JSON-serialisable, ``command``
+        or ``commit_id`` neither a string nor ``None``, ``out_dir`` not a path (nothing is
+        written).
     """
-    if not name or not all(c.isalnum() or c in "-_" for c in name):
+    check_type(name, "name", str, "a file stem (a str)")
+    if not name or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
         raise ValueError(f"name must use letters, digits, '-' and '_' only, got {name!r}")
+    check_type(data, "data", dict, "a dict (a JSON object) of the measurement")
+    check_type(out_dir, "out_dir", (str, os.PathLike), "a folder (str or path)")
+    if command is not None:
+        check_type(command, "command", str, "a str or None")
+    if commit_id is not None:
+        check_type(commit_id, "commit_id", str, "a str or None")
     record = {
         "name": name,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -255,6 +268,7 @@ def save_result(
         "data": data,
     }
     text = json.dumps(record, indent=2) + "\n"
+    _check_record(json.loads(text), f"record {name!r} (not written)")  # as the reader sees it
     target = Path(out_dir) / f"{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     write_text(target, text)

@@ -92,3 +92,21 @@ def optional_positive(name: str, value: Any) -> float | None:
         raise ValueError(
             f"{name} must be a positive finite number or None, got {_short(value)}"
         ) from None
+
+
+def check_format(value: Any, name: str = "fmt") -> Any:
+    """Return the :class:`mptutor.formats.Format` that ``value`` names, refusing numbers.
+
+    A format is named by a string, a dtype, or an array or tensor of it (see
+    :func:`mptutor.formats.get`); a number is none (NumPy would read ``np.float32(1)`` as its
+    type), and is refused with a ``TypeError`` naming ``name``. An unknown name gives the
+    ``ValueError`` of :func:`mptutor.formats.get`, which lists the known ones.
+    """
+    if isinstance(value, numbers.Number) or type(value).__name__ in ("bool", "bool_"):
+        raise TypeError(
+            f"{name} must name a format (e.g. 'fp16', 'fp8_e4m3' or a dtype), got "
+            f"{_short(value)} of type {type(value).__name__}"
+        )
+    from mptutor import formats  # formats imports this module
+
+    return formats.get(value)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mptutor._checks import check_scalar
+from mptutor._checks import _short, check_scalar, check_type
 
 __all__ = ["Timing", "time_fn", "find_records", "provenance", "label"]
 
@@ -64,10 +64,26 @@ class Timing:
         return out if self.note else {k: v for k, v in out.items() if k != "note"}
 
 
+def _device_type(device: Any, name: str = "device") -> str:
+    """Return ``"cpu"`` or ``"cuda"`` for ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (or a torch.device).
+
+    Anything else (``"gpu"``, ``"cuda0"``, ``"mps"``) is refused: a misspelt device must not
+    silently time without waiting for it, or select no record.
+    """
+    text = str(device) if type(device).__name__ == "device" else device
+    if isinstance(text, str):
+        kind, colon, index = text.partition(":")
+        if kind in ("cpu", "cuda") and (not colon or (index.isdigit() and index.isascii())):
+            return kind
+    raise ValueError(
+        f"{name} must be 'cpu', 'cuda' or 'cuda:N' (N a GPU index), got {_short(device)}"
+    )
+
+
 def _synchronizer(device: Any) -> Callable[[], None]:
     """Return a function that waits for a CUDA device (through the caller's PyTorch), or not."""
     name = str(device)
-    if name.split(":")[0] != "cuda":
+    if _device_type(device) != "cuda":
         return lambda: None
     torch = sys.modules.get("torch")
     if torch is None:
@@ -104,12 +120,15 @@ def time_fn(
     Raises
     ------
     ValueError
-        If ``repeats < 1`` or ``warmup < 0``.
+        If ``repeats < 1``, ``warmup < 0``, or ``device`` is none of ``"cpu"``, ``"cuda"``,
+        ``"cuda:N"``.
     TypeError
-        If ``repeats`` or ``warmup`` is not an int.
+        If ``fn`` is not callable, or ``repeats`` or ``warmup`` is not an int.
     RuntimeError
         If a CUDA device is named but the caller has not imported PyTorch.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {_short(fn)}")
     repeats = check_scalar(repeats, "repeats", int, min_val=1)
     warmup = check_scalar(warmup, "warmup", int, min_val=0)
     sync = _synchronizer(device)
@@ -139,13 +158,57 @@ def _read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{p} holds a JSON {type(record).__name__}, not a measurement record "
             f"(an object with {', '.join(_FIELDS)})"
         )
+    _check_record(record, str(p))
+    return record
+
+
+def _check_record(record: Any, where: str) -> None:
+    """Refuse a record that the readers (:func:`label`, :func:`provenance`) could not read.
+
+    The ``ValueError`` starts with ``where`` (the file, or ``record``) and names the field.
+    """
+    if not isinstance(record, dict):
+        raise ValueError(f"{where} is not a measurement record (a dict), got {_short(record)}")
     missing = [key for key in _FIELDS if key not in record]
     if missing:
-        raise ValueError(f"{p} is not a measurement record: missing {missing}")
+        raise ValueError(f"{where} is not a measurement record: missing {missing}")
+    for key in ("name", "date", "command"):
+        if not isinstance(record[key], str):
+            raise ValueError(f"{where}: {key!r} must be a string, got {_short(record[key])}")
+    if not isinstance(record.get("git_commit"), (str, type(None))):
+        raise ValueError(
+            f"{where}: 'git_commit' must be a string or null, got {_short(record['git_commit'])}"
+        )
     for key in ("hardware", "data"):
         if not isinstance(record[key], dict):
-            raise ValueError(f"{p}: {key!r} must be a JSON object, got {record[key]!r:.60}")
-    return record
+            raise ValueError(f"{where}: {key!r} must be a JSON object, got {_short(record[key])}")
+    hw = record["hardware"]
+    for part in ("data", "hardware"):
+        device = record[part].get("device")
+        if device not in (None, ""):
+            try:
+                _device_type(device)
+            except ValueError:
+                raise ValueError(
+                    f"{where}: {part}['device'] must be 'cpu', 'cuda' or 'cuda:N', got "
+                    f"{_short(device)}"
+                ) from None
+    if not isinstance(hw.get("packages", {}), dict):
+        raise ValueError(
+            f"{where}: hardware['packages'] must be a JSON object, got {_short(hw['packages'])}"
+        )
+    gpus = hw.get("gpus") or []
+    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
+        raise ValueError(
+            f"{where}: hardware['gpus'] must be a list of JSON objects, got {_short(gpus)}"
+        )
+    for i, gpu in enumerate(gpus):
+        cc = gpu.get("compute_capability", ("?", "?"))
+        if not (isinstance(cc, (list, tuple)) and len(cc) == 2):
+            raise ValueError(
+                f"{where}: hardware['gpus'][{i}]['compute_capability'] must be a pair "
+                f"[major, minor], got {_short(cc)}"
+            )
 
 
 def _record_kind(record: dict[str, Any]) -> str:
@@ -156,7 +219,7 @@ def _record_kind(record: dict[str, Any]) -> str:
 def _record_device(record: dict[str, Any]) -> str:
     """Return ``"cuda"`` or ``"cpu"``: the device the recorded benchmark ran on."""
     device = record["data"].get("device") or record["hardware"].get("device") or "cpu"
-    return str(device).split(":")[0]
+    return _device_type(device)
 
 
 def find_records(
@@ -172,7 +235,7 @@ def find_records(
     kind : str, optional
         Only records of this benchmark (``"gemm_sweep"``, ``"resnet50_amp"``, ...).
     device : str, optional
-        Only records made on ``"cuda"`` or on ``"cpu"``.
+        Only records made on ``"cuda"`` (``"cuda:N"`` says the same) or on ``"cpu"``.
     results_dir : path-like, optional
         The folder (default: ``data/results`` of the checkout).
     include_smoke : bool, optional
@@ -187,9 +250,22 @@ def find_records(
     Raises
     ------
     ValueError
-        If a file in the folder is not a measurement record (the message names it).
+        If a file in the folder is not a measurement record (the message names it), or
+        ``device`` is none of ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
+    TypeError
+        If ``kind`` is not a string, or ``results_dir`` not a path.
+    NotADirectoryError
+        If ``results_dir`` is not a folder.
     """
+    if kind is not None:
+        check_type(kind, "kind", str, "a benchmark's name (a str) or None")
+    if device is not None:
+        device = _device_type(device)
+    if results_dir is not None:
+        check_type(results_dir, "results_dir", (str, os.PathLike), "a folder (str or path)")
     folder = Path(results_dir) if results_dir is not None else _RESULTS
+    if not folder.is_dir():
+        raise NotADirectoryError(f"results_dir {folder} is not a folder")
     found = [(path, _read_record(path)) for path in sorted(folder.glob("*.json"))]
     return [
         (path, r)
@@ -223,7 +299,13 @@ def label(record: dict[str, Any]) -> str:
     str
         The word RECORDED, the date and the machine, so that a figure drawn from a record is
         never taken for one measured by the notebook that shows it.
+
+    Raises
+    ------
+    ValueError
+        If ``record`` is not a measurement record (the message names the field).
     """
+    _check_record(record, "record")
     return f"RECORDED {str(record['date'])[:10]} on {_machine(record)}"
 
 
@@ -241,7 +323,16 @@ def provenance(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str
     -------
     dict
         ``record, device, driver, CUDA, torch, date, git commit, command``.
+
+    Raises
+    ------
+    TypeError
+        If ``path`` is not a path.
+    ValueError
+        If ``record`` is not a measurement record (the message names the field).
     """
+    check_type(path, "path", (str, os.PathLike), "the record's file (str or path)")
+    _check_record(record, "record")
     p = Path(path).resolve()
     shown = str(p.relative_to(_ROOT)) if p.is_relative_to(_ROOT) else p.name
     hw = record["hardware"]

@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from mptutor import formats
-from mptutor._checks import check_scalar
+from mptutor._checks import check_format, check_scalar
 
 __all__ = [
     "scale_from_amax",
@@ -36,6 +36,10 @@ __all__ = [
 # The element formats of block scaling (MXFP8, MXFP6, MXFP4; NVFP4 uses fp4_e2m1).
 _ELEMENT_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
 _E8M0_EXPONENTS = (-127, 127)  # the finite scales of E8M0: 2**-127 .. 2**127
+# A per-tensor scale is a float32 on the device: it is kept within float32's normal numbers.
+_SCALE_RANGE = (float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max))
+_MAX_MARGIN = 127  # powers of two of headroom: more pushes any scale below float32's range
+_MAX_HISTORY = 2**20  # amaxes a delayed-scaling window keeps at most
 
 
 def _format(fmt: Any, name: str, allowed: tuple[str, ...] | None = None) -> formats.Format:
@@ -43,8 +47,8 @@ def _format(fmt: Any, name: str, allowed: tuple[str, ...] | None = None) -> form
     if allowed is None:  # every signed format
         allowed = tuple(f.name for f in formats.all_formats(block=True) if f.name != "e8m0")
     try:
-        found = formats.get(fmt)
-    except ValueError:
+        found = check_format(fmt, name)
+    except (TypeError, ValueError):
         found = None
     if found is None or found.name not in allowed:
         old = "" if hasattr(ml_dtypes, "float4_e2m1fn") else "; FP6/FP4 need ml_dtypes >= 0.5"
@@ -54,7 +58,10 @@ def _format(fmt: Any, name: str, allowed: tuple[str, ...] | None = None) -> form
 
 def _real_array(x: Any, name: str) -> np.ndarray:
     """Return ``x`` as an array of real numbers (ml_dtypes formats included)."""
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except ValueError:  # a ragged nested list
+        raise TypeError(f"{name} must be an array of real numbers, got {x!r:.60}") from None
     if arr.dtype.kind not in "fiu":
         try:
             formats.get(arr.dtype)
@@ -73,6 +80,11 @@ def _scales(scale: Any, name: str) -> np.ndarray | float:
     return arr
 
 
+def _margin(margin: Any) -> int:
+    """Return a margin checked: an int from 0 to 127."""
+    return check_scalar(margin, "margin", int, min_val=0, max_val=_MAX_MARGIN)
+
+
 def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -> Any:
     """Return the scale ``max / amax / 2**margin`` that maps ``amax`` onto the format's largest.
 
@@ -83,24 +95,25 @@ def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -
     fmt : str or dtype
         The format the scaled tensor is cast to, e.g. ``"fp8_e4m3"`` (any signed format).
     margin : int, optional
-        Powers of two of headroom kept below the format's largest value.
+        Powers of two of headroom kept below the format's largest value, 0 to 127.
     previous : float or array_like, optional
         Positive and finite: returned where ``amax`` is 0 or not finite.
 
     Returns
     -------
     float or numpy.ndarray
-        The scale (float64), at most the largest float32; a float for a scalar ``amax``.
+        The scale (float64), clipped to float32's normal numbers (``2**-126`` to the largest
+        float32), as a scale kept in float32 must be; a float for a scalar ``amax``.
     """
     f = _format(fmt, "fmt")
-    margin = check_scalar(margin, "margin", int, min_val=0)
+    margin = _margin(margin)
     previous = _scales(previous, "previous")
     a = _real_array(amax, "amax").astype(np.float64)
     if np.any(a < 0):
         raise ValueError(f"amax must be >= 0 (an absolute maximum), got {a.ravel()[:8]}")
     ok = np.isfinite(a) & (a > 0)
-    with np.errstate(divide="ignore", over="ignore"):
-        scale = np.minimum(f.max / np.where(ok, a, 1.0) / 2.0**margin, np.finfo(np.float32).max)
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
+        scale = np.clip(np.ldexp(f.max / np.where(ok, a, 1.0), -margin), *_SCALE_RANGE)
     out = np.where(ok, scale, previous)
     return float(out) if out.ndim == 0 else out
 
@@ -153,7 +166,8 @@ def dequantize(q: Any, scale: Any) -> np.ndarray:
         float32, the shape of ``q`` (broadcast against ``scale``).
     """
     s = _scales(scale, "scale")
-    return _real_array(q, "q").astype(np.float32) / np.asarray(s, dtype=np.float32)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, as any float32 cast
+        return _real_array(q, "q").astype(np.float32) / np.asarray(s, dtype=np.float32)
 
 
 class DelayedScaling:
@@ -169,11 +183,11 @@ class DelayedScaling:
     fmt : str or dtype
         The format the scaled tensor is cast to, e.g. ``"fp8_e4m3"``.
     history_len : int, optional
-        Length of the amax window.
+        Length of the amax window, 1 to ``2**20``.
     algo : {"max", "most_recent"}, optional
         Which amax of the window the next scale is computed from.
     margin : int, optional
-        Powers of two of headroom (see :func:`scale_from_amax`).
+        Powers of two of headroom, 0 to 127 (see :func:`scale_from_amax`).
 
     Examples
     --------
@@ -184,11 +198,13 @@ class DelayedScaling:
 
     def __init__(self, fmt: Any, history_len: int = 1024, algo: str = "max", margin: int = 0):
         self.format = _format(fmt, "fmt")
-        self.history_len = check_scalar(history_len, "history_len", int, min_val=1)
-        if algo not in ("max", "most_recent"):
+        self.history_len = check_scalar(
+            history_len, "history_len", int, min_val=1, max_val=_MAX_HISTORY
+        )
+        if not isinstance(algo, str) or algo not in ("max", "most_recent"):
             raise ValueError(f"algo must be one of max, most_recent, got {algo!r}")
         self.algo = algo
-        self.margin = check_scalar(margin, "margin", int, min_val=0)
+        self.margin = _margin(margin)
         self._window: deque[float] = deque(maxlen=self.history_len)
         self.scale = 1.0
 
@@ -204,15 +220,23 @@ class DelayedScaling:
         return max(window) if self.algo == "max" else window[-1]
 
     def update(self, amax: Any) -> float:
-        """Record a step's amax (a float >= 0) and return the next step's :attr:`scale`."""
-        if np.ndim(amax) != 0:
-            raise ValueError(f"amax must be one number, got an array of shape {np.shape(amax)}")
-        a = float(_real_array(amax, "amax"))
+        """Record a step's amax (a float >= 0) and return the next step's :attr:`scale`.
+
+        A refused amax (negative, not one real number) leaves the window and the scale as they
+        were; so does an amax of 0, inf or NaN, by design.
+        """
+        arr = _real_array(amax, "amax")
+        if arr.ndim != 0:
+            raise ValueError(f"amax must be one number, got an array of shape {arr.shape}")
+        a = float(arr.astype(np.float64))
         if a < 0:
             raise ValueError(f"amax must be >= 0 (an absolute maximum), got {amax!r}")
         if np.isfinite(a) and a > 0:
-            self._window.append(a)
-            self.scale = scale_from_amax(self.amax, self.format, self.margin, self.scale)
+            window = deque(self._window, maxlen=self.history_len)
+            window.append(a)
+            chosen = max(window) if self.algo == "max" else window[-1]
+            scale = scale_from_amax(chosen, self.format, self.margin, self.scale)
+            self._window, self.scale = window, scale  # both or neither
         return self.scale
 
     def __repr__(self) -> str:
@@ -225,7 +249,8 @@ class DelayedScaling:
 
 def _blocks(x: Any, block: int, name: str = "x") -> np.ndarray:
     """Return ``x`` in float32, its last axis split in blocks: shape (..., n / block, block)."""
-    arr = _real_array(x, name).astype(np.float32)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, as any float32 cast
+        arr = _real_array(x, name).astype(np.float32)
     if arr.ndim == 0 or arr.shape[-1] % block:
         raise ValueError(
             f"the last axis of {name} (shape {arr.shape}) must be a multiple of block={block}"
@@ -247,7 +272,7 @@ def mx_quantize(
     Parameters
     ----------
     x : array_like
-        Values (taken in float32); the last axis a multiple of ``block``.
+        Values (taken in float32: beyond its range, inf); the last axis a multiple of ``block``.
     elem_fmt : str or dtype
         ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e2m3``, ``fp6_e3m2`` or ``fp4_e2m1``.
     block : int, optional
@@ -295,7 +320,8 @@ def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
     """
     block = check_scalar(block, "block", int, min_val=1)
     v = _blocks(elements, block, "elements")
-    s = _real_array(scales, "scales").astype(np.float32)
+    with np.errstate(over="ignore"):
+        s = _real_array(scales, "scales").astype(np.float32)
     if s.shape != v.shape[:-1]:
         raise ValueError(f"scales must have shape {v.shape[:-1]} (one a block), got {s.shape}")
     return (v * s[..., None]).reshape(np.shape(elements))
@@ -317,12 +343,17 @@ def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
     -------
     elements, block_scales, tensor_scale : numpy.ndarray, numpy.ndarray, numpy.float32
         FP4 elements (the shape of ``x``), one E4M3 scale per 16 values along the last axis,
-        and ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros).
+        and ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros; at least
+        ``1 / float32 max``, never 0, as Transformer Engine's, for a tensor of tiny values).
     """
     fp4 = _format("fp4_e2m1", "elem_fmt")
     v = _blocks(x, 16)
     amax = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
-    tensor_scale = np.float32(amax / (fp4.max * formats.get("fp8_e4m3").max) if amax else 1.0)
+    # Transformer Engine's rule (common/cast/nvfp4/core_nvfp4.cuh): the encode scale
+    # 6 * 448 / amax is at most the largest float32, so the decode scale is never 0.
+    tiny = np.float32(1 / np.finfo(np.float32).max)  # a float32 subnormal, not zero
+    wide = amax / (fp4.max * formats.get("fp8_e4m3").max)
+    tensor_scale = max(np.float32(wide), tiny) if amax else np.float32(1.0)
     block_amax = np.max(np.abs(v), axis=-1)
     with np.errstate(invalid="ignore"):
         wanted = np.where(np.isfinite(block_amax), block_amax / fp4.max / tensor_scale, np.nan)

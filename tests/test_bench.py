@@ -131,3 +131,85 @@ def test_committed_records_have_provenance():
     for path in sorted((ROOT / "data" / "results").glob("*.json")):
         record = bench._read_record(path)
         assert record["command"] and record["date"] and record["hardware"]["packages"], path
+
+
+# --- the boundary: misspelt devices, records that the readers could not read -------------------
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["gpu", "cuda0", "mps", "CUDA", "cuda:", "cuda:x", "", None, 0],
+    ids=lambda d: f"device={d!r}",  # an id of "gpu" would mark the test as needing one
+)
+def test_time_fn_refuses_a_device_it_would_not_wait_for(device):
+    calls = []
+    with pytest.raises(ValueError, match="device must be 'cpu', 'cuda' or 'cuda:N'"):
+        bench.time_fn(lambda: calls.append(1), repeats=1, device=device)
+    assert calls == []  # refused before the first call
+
+
+def test_time_fn_refuses_what_it_cannot_call():
+    with pytest.raises(TypeError, match="fn must be a callable taking no arguments, got 3"):
+        bench.time_fn(3)
+
+
+def test_find_records_reads_cuda_n_as_cuda_and_refuses_other_devices(tmp_path):
+    write_record(tmp_path, "gemm_sweep-cuda-H100", {"rows": []}, device="cuda:0")
+    write_record(tmp_path, "scaler_overhead-cpu-mlp", {}, device="cpu")
+    for device in ("cuda", "cuda:0", "cuda:3"):
+        found = bench.find_records(device=device, results_dir=tmp_path)
+        assert [p.name for p, _ in found] == ["gemm_sweep-cuda-H100.json"], device
+    for device in ("gpu", "cuda0", "mps"):
+        with pytest.raises(ValueError, match=f"device must be 'cpu', 'cuda' or 'cuda:N'.*{device}"):
+            bench.find_records(device=device, results_dir=tmp_path)
+    with pytest.raises(TypeError, match="kind must be a benchmark's name"):
+        bench.find_records(kind=3, results_dir=tmp_path)
+    with pytest.raises(NotADirectoryError, match="nowhere is not a folder"):
+        bench.find_records(results_dir=tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("hardware", "message"),
+    [
+        ({"gpus": "NVIDIA H100"}, r"hardware\['gpus'\] must be a list of JSON objects"),
+        ({"gpus": ["NVIDIA H100"]}, r"hardware\['gpus'\] must be a list of JSON objects"),
+        (
+            {"gpus": [{"name": "H100", "compute_capability": 90}]},
+            r"must be a pair \[major, minor\]",
+        ),
+        ({"gpus": [{"compute_capability": [9, 0, 1]}]}, r"must be a pair \[major, minor\]"),
+        ({"packages": ["torch"]}, r"hardware\['packages'\] must be a JSON object"),
+        ({"device": "gpu"}, r"hardware\['device'\] must be 'cpu', 'cuda' or 'cuda:N'"),
+    ],
+)
+def test_a_record_the_readers_cannot_read_is_refused_by_name(tmp_path, hardware, message):
+    path = write_record(tmp_path, "gemm_sweep-cuda-H100", {"rows": []})
+    record = json.loads(path.read_text())
+    record["hardware"] |= hardware
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=message) as caught:
+        bench.find_records(results_dir=tmp_path)
+    assert "gemm_sweep-cuda-H100.json" in str(caught.value)
+    with pytest.raises(ValueError, match=message):  # and a record handed over directly
+        bench.label(record)
+    with pytest.raises(ValueError, match=message):
+        bench.provenance(path, record)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("name", 3), ("date", None), ("command", ["python"]), ("git_commit", 12345)],
+)
+def test_a_record_with_a_field_of_the_wrong_type_is_refused_by_name(tmp_path, field, value):
+    path = write_record(tmp_path, "gemm_sweep-cuda-H100", {"rows": []})
+    path.write_text(json.dumps(json.loads(path.read_text()) | {field: value}))
+    with pytest.raises(ValueError, match=f"'{field}' must be a string"):
+        bench.find_records(results_dir=tmp_path)
+
+
+@pytest.mark.parametrize("record", [None, [], "x", {"name": "x"}])
+def test_label_and_provenance_refuse_what_is_not_a_record(record):
+    with pytest.raises(ValueError, match="record"):
+        bench.label(record)
+    with pytest.raises(ValueError, match="record"):
+        bench.provenance("x.json", record)

@@ -84,3 +84,16 @@ def test_messages_cut_a_huge_value_short():
 
 def test_check_type_accepts_a_class_where_classes_are_asked_for():
     assert check_type(int, "kind", type, "a class") is int
+
+
+def test_check_format_names_formats_and_refuses_numbers():
+    from mptutor._checks import check_format
+
+    assert check_format("fp16").name == "fp16"
+    assert check_format(np.dtype("float32")).name == "fp32"
+    assert check_format(np.ones(2, np.float16)).name == "fp16"  # an array names its dtype
+    for number in (5, 1.5, np.float32(1.0), True, np.bool_(True)):
+        with pytest.raises(TypeError, match="fmt must name a format"):
+            check_format(number)
+    with pytest.raises(ValueError, match="unknown floating-point format 'fp12'"):
+        check_format("fp12")

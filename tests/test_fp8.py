@@ -303,3 +303,60 @@ def test_bad_input_names_the_argument_and_what_is_accepted(call, error, message)
 def test_bad_block_input_names_the_argument_and_what_is_accepted(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# --- the boundary: refused calls change nothing, tiny and huge inputs -------------------------
+
+
+def test_a_margin_beyond_float32s_range_is_refused_before_the_window_moves():
+    with pytest.raises(ValueError, match=r"margin must be in \[0, 127\], got 2000"):
+        fp8.scale_from_amax(1.0, "fp8_e4m3", margin=2000)
+    with pytest.raises(ValueError, match=r"margin must be in \[0, 127\], got 2000"):
+        fp8.DelayedScaling("fp8_e4m3", margin=2000)
+    with pytest.raises(ValueError, match=r"history_len must be in \[1, 1048576\]"):
+        fp8.DelayedScaling("fp8_e4m3", history_len=10**24)
+    # the largest margin still gives a positive float32 scale, however large the amax
+    for amax in (1e-30, 1.0, 3e38):
+        scale = fp8.scale_from_amax(amax, "fp8_e4m3", margin=127)
+        assert np.float32(scale) > 0 and np.isfinite(np.float32(scale))
+    assert fp8.scale_from_amax(1.0, "fp8_e4m3", margin=2) == 112.0  # unchanged where it fits
+
+
+@given(
+    amaxes=st.lists(st.floats(0, 1e30, allow_nan=False), min_size=1, max_size=6),
+    bad=st.sampled_from([-1.0, [1.0, 2.0], "2", None, True, np.ones((1, 1))]),
+)
+def test_a_refused_update_changes_neither_the_window_nor_the_scale(amaxes, bad):
+    ds = fp8.DelayedScaling("fp8_e4m3", history_len=4)
+    for a in amaxes:
+        ds.update(a)
+    before = (ds.history.tolist(), ds.scale, ds.amax)
+    with pytest.raises((TypeError, ValueError), match="amax must"):
+        ds.update(bad)
+    assert (ds.history.tolist(), ds.scale, ds.amax) == before
+
+
+@pytest.mark.parametrize("call", [fp8.scale_from_amax, fp8.quantize])
+def test_a_number_is_no_format(call):
+    with pytest.raises(ValueError, match="fmt must be one of fp32"):
+        call(1.0, np.float32(1.0), 1.0) if call is fp8.quantize else call(1.0, np.float32(1.0))
+
+
+@needs_block_formats
+def test_nvfp4_of_tiny_values_has_a_positive_tensor_scale_and_round_trips():
+    x = 1e-45 * np.linspace(-1, 1, 32)  # finite, but amax / (6 * 448) is below float32's range
+    e, bs, ts = fp8.nvfp4_quantize(x)
+    assert ts > 0 and ts == np.float32(1 / np.finfo(np.float32).max)  # Transformer Engine's
+    assert not np.isnan(bs.astype(np.float32)).any()
+    back = fp8.nvfp4_dequantize(e, bs, ts)  # its own output is accepted
+    assert np.isfinite(back).all() and np.abs(back).max() <= 2e-45
+    # above that floor the tensor scale is amax / (6 * 448) as before
+    y = np.float32(1e-30) * np.linspace(-1, 1, 32, dtype=np.float32)
+    assert fp8.nvfp4_quantize(y)[2] == np.float32(np.abs(y).max() / (6 * 448))
+
+
+def test_values_beyond_float32_become_inf_without_a_warning():
+    x = np.full(32, 1e300)  # float64; the block formats take float32
+    e, s = fp8.mx_quantize(x, "fp8_e4m3")
+    assert np.isnan(s.astype(np.float32)).all()  # a block holding inf gets a NaN scale
+    assert np.isinf(fp8.dequantize(np.array([1e300]), 1.0)).all()

@@ -325,6 +325,15 @@ def test_bad_checkpoints(tmp_path):
     other = mpt.MasterWeightOptimizer(_sgd, torch.nn.Linear(3, 3).half())
     with pytest.raises(ValueError, match=r"float32 tensors of shapes \[\(3, 3\), \(3,\)\]"):
         other.load_state_dict(opt.state_dict())
+    # the message names both sides: this model's shapes and the checkpoint's
+    shapes = [tuple(p.shape) for p in opt.state_dict()["master_params"]]
+    opt.save(tmp_path / "other.pt")
+    with pytest.raises(ValueError) as refused:
+        other.load(tmp_path / "other.pt")
+    assert f"of shapes [(3, 3), (3,)] (this model's), got {shapes}" in str(refused.value)
+    halves = {**opt.state_dict(), "master_params": [p.half() for p in opt.master_params]}
+    with pytest.raises(ValueError, match=r"got \[\('torch.float16', \("):
+        opt.load_state_dict(halves)
 
 
 @pytest.mark.gpu

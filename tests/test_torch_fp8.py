@@ -175,7 +175,7 @@ def test_to_fp8_swaps_linear_layers_and_trains():
     [
         ({"scaling": "fast"}, "scaling must be one of none, current, delayed, got 'fast'"),
         ({"grad_format": "bf16"}, "grad_format must be fp8_e5m2 or fp8_e4m3, got 'bf16'"),
-        ({"history_len": 0}, r"history_len must be in \[1, inf\], got 0"),
+        ({"history_len": 0}, r"history_len must be in \[1, 1048576\], got 0"),
     ],
 )
 def test_bad_options_are_refused_with_what_is_accepted(options, message):
@@ -193,3 +193,119 @@ def test_current_scaling_on_a_gpu_matches_the_reference():
     xd, wd, gd = _q(x, "fp8_e4m3"), _q(w, "fp8_e4m3"), _q(g, "fp8_e5m2")
     np.testing.assert_allclose(out.detach().double().cpu(), xd @ wd.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(xc.grad.double().cpu(), gd @ wd, rtol=1e-4, atol=1e-7)
+
+
+# --- the boundary: input checked before any state moves; empty batches; bad layers ----------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _state(layer):
+    return {k: v.clone() for k, v in layer.state_dict().items()}
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _trained(scaling, steps=2):
+    torch.manual_seed(0)
+    layer = mpt.FP8Linear(32, 16, scaling=scaling, history_len=4)
+    for _ in range(steps):  # histories, scales and the pending gradient amax all non-trivial
+        layer(torch.randn(4, 32)).square().sum().backward()
+    return layer
+
+
+BAD_INPUTS = {
+    "wrong last axis": (lambda: torch.randn(4, 64), ValueError, "32 values on its last axis"),
+    "3-D, wrong last axis": (lambda: torch.randn(2, 3, 16), ValueError, "got shape"),
+    "0-dim": (lambda: torch.tensor(1.0), ValueError, "got shape \\(\\)"),
+    "int64": (lambda: torch.ones(4, 32, dtype=torch.int64), TypeError, "floating-point"),
+    "bool": (lambda: torch.ones(4, 32, dtype=torch.bool), TypeError, "floating-point"),
+    "fp8": (lambda: torch.ones(4, 32).to(torch.float8_e4m3fn), TypeError, "got dtype torch.float8"),
+    "None": (lambda: None, TypeError, "x must be a floating-point torch.Tensor, got None"),
+    "a list": (lambda: [[1.0] * 32], TypeError, "got \\[\\[1.0"),
+    "an array": (lambda: np.ones((4, 32)), TypeError, "of type ndarray"),
+    "on the meta device": (lambda: torch.ones(4, 32, device="meta"), ValueError, "is on meta"),
+}
+
+
+@given(
+    scaling=st.sampled_from(["delayed", "current", "none"]),
+    training=st.booleans(),
+    bad=st.sampled_from(sorted(BAD_INPUTS)),
+)
+def test_a_refused_call_changes_no_state(scaling, training, bad):
+    layer = _LAYERS[scaling]
+    layer.train(training)
+    before = _state(layer)
+    make, error, message = BAD_INPUTS[bad]
+    with pytest.raises(error, match=message):
+        layer(make())
+    assert _same(before, _state(layer))
+
+
+_LAYERS = {s: _trained(s) for s in ("delayed", "current", "none")}
+
+
+def test_the_issues_refused_call_leaves_scales_and_histories_where_they_were():
+    layer = _trained("delayed")
+    before = _state(layer)
+    assert before["input_scale"] != 1.0 and before["grad_amax"] != 0  # there is state to lose
+    with pytest.raises(ValueError, match=r"got shape \(4, 64\)"):
+        layer(torch.randn(4, 64))
+    assert _same(before, _state(layer))
+    nn.Linear(32, 16)(torch.randn(4, 32))  # the same call that nn.Linear takes, for contrast
+    with pytest.raises(RuntimeError):
+        nn.Linear(32, 16)(torch.randn(4, 64))
+
+
+@pytest.mark.parametrize("scaling", ["delayed", "current", "none"])
+@pytest.mark.parametrize("shape", [(0, 32), (2, 0, 32)])
+def test_an_empty_batch_gives_an_empty_output_as_nn_linear_does(scaling, shape):
+    layer = _trained(scaling)
+    before = _state(layer)
+    x = torch.zeros(shape, requires_grad=True)
+    out = layer(x)
+    reference = nn.Linear(32, 16)(torch.zeros(shape))
+    assert out.shape == reference.shape and out.dtype == reference.dtype
+    out.sum().backward()  # and it backpropagates: zero gradients
+    assert x.grad.shape == shape and not layer.weight.grad.isnan().any()
+    assert _same(before, _state(layer))  # nothing measured, nothing recorded
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(torch.zeros(shape)).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error", "message"),
+    [
+        ((0, 4), ValueError, r"in_features must be in \[1, inf\], got 0"),
+        ((4, 0), ValueError, r"out_features must be in \[1, inf\], got 0"),
+        ((4.0, 4), TypeError, "in_features must be an int, got 4.0"),
+        ((None, 4), TypeError, "in_features must be an int, got None"),
+        ((True, 4), TypeError, "in_features must be an int, got True"),
+        ((4, "4"), TypeError, "out_features must be an int"),
+    ],
+)
+def test_sizes_that_are_not_positive_ints_are_refused_at_construction(sizes, error, message):
+    with pytest.raises(error, match=message):
+        mpt.FP8Linear(*sizes)
+
+
+def test_to_fp8_refuses_what_is_not_a_model_and_changes_nothing_on_error():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got None"):
+        mpt.to_fp8(None)
+    with pytest.raises(ValueError, match="model is itself a torch.nn.Linear"):
+        mpt.to_fp8(nn.Linear(4, 4))
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(TypeError, match="skip must be a collection of layer names"):
+        mpt.to_fp8(model, skip="2")
+    with pytest.raises(ValueError, match="history_len must be in"):
+        mpt.to_fp8(model, history_len=0)
+    assert [type(m) for m in model] == [nn.Linear, nn.ReLU, nn.Linear]  # none replaced
+    with pytest.warns(UserWarning, match="zero-element"):  # nn.Linear's own warning
+        empty = nn.Sequential(nn.Linear(4, 4), nn.Linear(0, 3))  # the second cannot be FP8
+    with pytest.raises(ValueError, match="in_features must be in"):
+        mpt.to_fp8(empty)
+    assert type(empty[0]) is nn.Linear  # the first was not replaced either

@@ -320,3 +320,18 @@ def test_a_cpu_generator_for_a_gpu_tensor_is_refused_and_gpu_rounding_is_unbiase
         mpt.stochastic_round(x, generator=torch.Generator())
     r = mpt.stochastic_round(x, generator=torch.Generator(device="cuda").manual_seed(0))
     assert abs((r > 1).double().mean().item() - 0.25) < 5 * math.sqrt(0.25 * 0.75 / 200_000)
+
+
+def test_an_all_zero_output_peaks_at_plus_zero():
+    model = nn.Sequential(nn.ReLU())
+    with mpt.headroom(model) as room:
+        model(-torch.ones(3))  # ReLU of negatives: all +0.0
+        model(torch.tensor([-0.0, -0.0]))  # and negative zeros alone
+    for peak in room.peaks.values():
+        assert peak == 0.0 and math.copysign(1.0, peak) == 1.0  # +0.0, never -0.0
+
+
+@pytest.mark.parametrize("fmt", [5, 1.0, np.float32(1.0), True])
+def test_a_number_is_refused_as_the_format(fmt):
+    with pytest.raises(TypeError, match="fmt must name a format"):
+        mpt.headroom(nn.Identity(), fmt=fmt)

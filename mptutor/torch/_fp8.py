@@ -8,13 +8,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from mptutor._checks import check_scalar
+from mptutor._checks import _short, check_scalar, check_type
 
 __all__ = ["FP8Linear", "to_fp8"]
 
 _DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 _SCALINGS = ("none", "current", "delayed")
 _FP32_MAX = torch.finfo(torch.float32).max
+_INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_MAX_HISTORY = 2**20  # as mptutor.fp8.DelayedScaling
 
 
 def _cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -96,8 +98,18 @@ class FP8Linear(nn.Linear):
 
     Raises
     ------
+    TypeError
+        If ``in_features``, ``out_features`` or ``history_len`` is not an int.
     ValueError
-        For an unknown ``scaling`` or ``grad_format``, or ``history_len`` below 1.
+        For sizes below 1, an unknown ``scaling`` or ``grad_format``, or ``history_len``
+        outside 1 to ``2**20``.
+
+    Notes
+    -----
+    A call checks its input first (a floating-point tensor whose last axis is
+    ``in_features``, on the weight's device) and refuses anything else with nothing changed;
+    an empty batch gives an empty output, as :class:`torch.nn.Linear` does, and leaves the
+    scaling state as it was.
     """
 
     def __init__(
@@ -105,12 +117,14 @@ class FP8Linear(nn.Linear):
         scaling: str = "delayed", history_len: int = 16, grad_format: str = "fp8_e5m2",
         fast_accum: bool = False, device: Any = None, dtype: Any = None,
     ) -> None:  # fmt: skip
-        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        if scaling not in _SCALINGS:
+        in_features = check_scalar(in_features, "in_features", int, min_val=1)
+        out_features = check_scalar(out_features, "out_features", int, min_val=1)
+        if not isinstance(scaling, str) or scaling not in _SCALINGS:
             raise ValueError(f"scaling must be one of {', '.join(_SCALINGS)}, got {scaling!r}")
-        if grad_format not in _DTYPES:
+        if not isinstance(grad_format, str) or grad_format not in _DTYPES:
             raise ValueError(f"grad_format must be fp8_e5m2 or fp8_e4m3, got {grad_format!r}")
-        history_len = check_scalar(history_len, "history_len", int, min_val=1)
+        history_len = check_scalar(history_len, "history_len", int, min_val=1, max_val=_MAX_HISTORY)
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.scaling, self.grad_format, self.fast_accum = scaling, grad_format, bool(fast_accum)
         for role in ("input", "weight", "grad"):
             self.register_buffer(f"{role}_scale", torch.ones((), device=device))
@@ -122,36 +136,76 @@ class FP8Linear(nn.Linear):
         return torch.finfo(_DTYPES[self.grad_format if role == "grad" else "fp8_e4m3"]).max
 
     @torch.no_grad()
-    def _record(self, role: str, amax: torch.Tensor) -> None:
-        """Put ``amax`` into the window (unless 0 or not finite) and compute the next scale."""
+    def _next(self, role: str, amax: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Return the role's window with ``amax`` in it (unless 0 or not finite), next scale.
+
+        New tensors, set by :meth:`_commit` once the call has gone through: a refused or failed
+        call changes nothing, and a tensor saved for backward keeps its value.
+        """
         history, scale = getattr(self, f"{role}_amax_history"), getattr(self, f"{role}_scale")
         ok = torch.isfinite(amax) & (amax > 0)
         history = torch.where(ok, torch.cat([history[1:], amax.view(1)]), history)
         scale = torch.where(ok, _from_amax(history.max(), self._big(role), scale), scale)
-        # new tensors, not in-place updates: a tensor saved for backward keeps its value
-        setattr(self, f"{role}_amax_history", history)
-        setattr(self, f"{role}_scale", scale)
+        return {f"{role}_amax_history": history, f"{role}_scale": scale}
+
+    def _commit(self, state: dict[str, torch.Tensor]) -> None:
+        """Set the buffers :meth:`_next` computed."""
+        for name, value in state.items():
+            setattr(self, name, value)
+
+    def _check_input(self, x: Any) -> None:
+        """Refuse an input ``nn.Linear`` would refuse, or one FP8 cannot take, before any work."""
+        check_type(x, "x", torch.Tensor, "a floating-point torch.Tensor")
+        if x.dtype not in _INPUT_DTYPES:  # FP8 itself included: the layer does the cast
+            raise TypeError(
+                "x must be a floating-point tensor (float32, bfloat16, float16 or float64), got "
+                f"dtype {x.dtype} (cast it first, e.g. x.float())"
+            )
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"x must have {self.in_features} values on its last axis (in_features), got shape "
+                f"{tuple(x.shape)}"
+            )
+        if x.device != self.weight.device:
+            raise ValueError(
+                f"x is on {x.device}, the layer on {self.weight.device}: move one of them"
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Apply the layer: ``x @ weight.T + bias`` with the product in FP8."""
+        """Apply the layer: ``x @ weight.T + bias`` with the product in FP8.
+
+        Raises
+        ------
+        TypeError
+            If ``x`` is not a floating-point tensor.
+        ValueError
+            If the last axis of ``x`` is not ``in_features`` long, or ``x`` is on another
+            device; nothing has changed then.
+        """
+        self._check_input(x)
         x2, w, one = x.reshape(-1, self.in_features), self.weight, torch.ones((), device=x.device)
-        delayed, pending = self.scaling == "delayed", None
+        if x2.shape[0] == 0:  # an empty batch: an empty output, nothing measured or recorded
+            kind = x.device.type
+            dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+            out = (x2.to(dtype) @ w.to(dtype).t()).reshape(*x.shape[:-1], self.out_features)
+            return out if self.bias is None else out + self.bias.to(out.dtype)
+        delayed, pending, state = self.scaling == "delayed", None, {}
         if self.scaling == "current":
             sx = _from_amax(_amax(x2), self._big("input"), 1.0)
             sw = _from_amax(_amax(w), self._big("weight"), 1.0)
             sg = one
         elif delayed:
-            if self.training:  # the gradient amax of the step before joins its window
-                self._record("grad", self.grad_amax)
-                self.grad_amax.zero_()
-                pending = self.grad_amax
             sx, sw, sg = self.input_scale, self.weight_scale, self.grad_scale  # never mutated
+            if self.training:  # the gradient amax of the step before joins its window
+                state = self._next("grad", self.grad_amax)
+                sg, pending = state["grad_scale"], self.grad_amax
         else:
             sx = sw = sg = one
         out = _FP8Matmul.apply(x2, w, sx, sw, sg, pending, self)
-        if delayed and self.training:
-            self._record("input", _amax(x2))
-            self._record("weight", _amax(w))
+        if delayed and self.training:  # the product went through: the call's records land
+            state |= self._next("input", _amax(x2)) | self._next("weight", _amax(w))
+            self._commit(state)
+            self.grad_amax.zero_()  # filled by this step's backward
         out = out.reshape(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias.to(out.dtype)
 
@@ -176,12 +230,29 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
 
     Raises
     ------
+    TypeError
+        If ``model`` is not a ``torch.nn.Module``, or ``skip`` not a collection of names.
     ValueError
-        If ``skip`` names no linear layer of the model, or an option is refused.
+        If ``model`` is itself a ``torch.nn.Linear`` (there is no parent to put the new layer
+        in), ``skip`` names no linear layer of the model, or an option is refused. Every new
+        layer is built before the first is put in: on any error the model is unchanged.
     """
+    check_type(model, "model", nn.Module, "a torch.nn.Module")
+    if type(model) is nn.Linear:
+        raise ValueError(
+            "model is itself a torch.nn.Linear, which to_fp8 cannot replace in place: build "
+            "FP8Linear(in_features, out_features, ...) and copy the weights, or pass a model "
+            "that holds the layer (e.g. torch.nn.Sequential(layer))"
+        )
+    if isinstance(skip, (str, bytes)) or not isinstance(skip, Collection):
+        raise TypeError(
+            f"skip must be a collection of layer names, e.g. {{'head'}}, got {_short(skip)}"
+        )
     linear = {n for n, m in model.named_modules() if type(m) is nn.Linear}
     if set(skip) - linear:
-        raise ValueError(f"skip names no linear layer of the model: {sorted(set(skip) - linear)}")
+        wrong = sorted(map(str, set(skip) - linear))
+        raise ValueError(f"skip names no linear layer of the model: {wrong}")
+    swaps = []
     for name in sorted(linear - set(skip)):
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name)
@@ -191,5 +262,7 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
             dtype=old.weight.dtype, **options,
         )  # fmt: skip
         new.weight, new.bias = old.weight, old.bias
+        swaps.append((parent, child, new))
+    for parent, child, new in swaps:  # all built: now put them in
         setattr(parent, child, new)
     return model

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from mptutor import formats
-from mptutor._checks import check_type
+from mptutor._checks import check_format, check_type
 from mptutor.torch._nonfinite import _float_tensors
 
 __all__ = ["headroom", "stochastic_round"]
@@ -19,7 +19,7 @@ class _Headroom:
 
     def __init__(self, model: nn.Module, fmt: Any = "fp16") -> None:
         check_type(model, "model", nn.Module, "a torch.nn.Module")
-        self.fmt = formats.get(fmt)
+        self.fmt = check_format(fmt)
         self._names = {module: name for name, module in model.named_modules()}
         self._amax: dict[str, torch.Tensor] = {}
         self._handles: list[Any] = []
@@ -30,7 +30,7 @@ class _Headroom:
         for tensor in filter(torch.numel, _float_tensors(output)):
             # one pass over the values (aminmax), kept on the tensor's device: no host sync
             low, high = torch.aminmax(tensor.detach())
-            amax = torch.maximum(low.neg(), high).float()
+            amax = torch.maximum(low.abs(), high.abs()).float()  # +0.0 for zeros, never -0.0
             seen = self._amax.get(name)
             self._amax[name] = amax if seen is None else torch.maximum(seen, amax.to(seen.device))
 
@@ -85,7 +85,8 @@ def headroom(model: nn.Module, fmt: Any = "fp16") -> _Headroom:
     Raises
     ------
     TypeError, ValueError
-        If ``model`` is not a ``torch.nn.Module``, or ``fmt`` not a known format.
+        If ``model`` is not a ``torch.nn.Module``, or ``fmt`` not a known format (a number is
+        none).
     """
     return _Headroom(model, fmt)
 

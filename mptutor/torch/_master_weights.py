@@ -17,7 +17,7 @@ from torch import nn
 
 from mptutor import gradients
 from mptutor._atomic import atomic_path
-from mptutor._checks import check_type, optional_positive
+from mptutor._checks import _short, check_type, optional_positive
 from mptutor.scaling import FLOAT32_MAX, DynamicLossScaler, LossScaler
 
 __all__ = [
@@ -464,7 +464,17 @@ class MasterWeightOptimizer:
         ok = isinstance(saved, (list, tuple)) and all(isinstance(p, torch.Tensor) for p in saved)
         want = [(torch.float32, shape) for shape in shapes]
         if not ok or [(p.dtype, tuple(p.shape)) for p in saved] != want:
-            raise ValueError(f"state['master_params'] must be float32 tensors of shapes {shapes}")
+            if ok:
+                got = [
+                    tuple(p.shape) if p.dtype == torch.float32 else (str(p.dtype), tuple(p.shape))
+                    for p in saved
+                ]
+            else:
+                got = _short(saved)
+            raise ValueError(
+                f"state['master_params'] must be float32 tensors of shapes {shapes} (this "
+                f"model's), got {got}"
+            )
         if not all(torch.isfinite(p).all() for p in saved):
             raise ValueError("state['master_params'] hold inf or NaN")
         kind = type(self.optimizer)
