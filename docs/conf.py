@@ -12,6 +12,9 @@ import re
 import sys
 from pathlib import Path
 
+from numpydoc.xref import DEFAULT_LINKS
+from sphinx.ext.autodoc.mock import MockFinder
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # TensorFlow's C++ start-up logs stay out of the build's output when autodoc imports it.
@@ -57,13 +60,24 @@ myst_url_schemes = ["http", "https", "mailto"]
 # The API reference: numpydoc docstrings, the names of each module's __all__.
 autodoc_default_options = {"members": True, "undoc-members": True, "member-order": "bysource"}
 autodoc_typehints = "signature"
-autodoc_mock_imports = ["mxnet"]
+# The frameworks are stood in for by mock modules for the whole build, not only while autodoc
+# imports a module: autodoc also looks up the source of a class's bases later (for Keras layers),
+# which would import TensorFlow, and the build needs none of them (MXNet is not even in this
+# environment). Signatures and docstrings come from the package's own source.
+FRAMEWORKS = ["mxnet", "tensorflow", "keras", "torch", "torchao"]
+autodoc_mock_imports = FRAMEWORKS
+sys.meta_path.insert(0, MockFinder(FRAMEWORKS))
 numpydoc_show_class_members = False
 # Types in Parameters/Returns: the package's public names link to their entries; other words
 # (``int``, ``array_like``, ``numpy.ndarray``) are set as text.
 numpydoc_xref_param_type = True
 numpydoc_xref_ignore = "all"
-numpydoc_xref_aliases = _public_aliases()
+# numpydoc's own aliases point the built-in words (``str``, ``bool``, ``array_like``) into
+# Python's and NumPy's documentation, which an offline build cannot link: they stay as names.
+numpydoc_xref_aliases = {
+    **{word: f":obj:`{word}`" for word in DEFAULT_LINKS},
+    **_public_aliases(),
+}
 numpydoc_validation_checks: set[str] = set()
 
 # Every internal cross-reference must resolve. Names of other libraries cannot: their
@@ -81,10 +95,10 @@ nitpick_ignore_regex = [
     (
         r"py:.*",
         r"(numpy|np|torch|tensorflow|tf|keras|mxnet|mx|matplotlib|ml_dtypes|sklearn"
-        r"|array|collections|typing|pathlib|contextlib|dataclasses|enum|types|os|abc)(\..*)?",
+        r"|nn|array|collections|typing|pathlib|contextlib|dataclasses|enum|types|os|abc)(\..*)?",
     ),
-    # numpydoc's links for built-in types point into Python's and NumPy's own documentation.
-    (r".*", r"(python|numpy):.*"),
+    # The built-in words of numpydoc's type descriptions (see numpydoc_xref_aliases).
+    (r"py:obj", "|".join(re.escape(word) for word in DEFAULT_LINKS)),
     # Built-in and standard types named in signatures.
     (
         r"py:.*",
