@@ -25,12 +25,17 @@ Where they differ, by design (each difference is measured in a test below):
    ``k + tiny`` down to ``k`` and picks one exponent too low, so the amax element saturates
    (by at most one float32 step) while every other element of the block keeps one more bit.
    mptutor takes the exact exponent (the rule's definition, and the hardware's
-   ``cvt.rp.satfinite.ue8m0``): nothing saturates. The test measures both errors on such
-   blocks: torchao's block error is the smaller there, mptutor's is the rule.
+   ``cvt.rp.satfinite.ue8m0``): nothing saturates. Measured on such blocks: the same largest
+   error; torchao's RMS error is no larger (FP4 0.061 of the amax against mptutor's 0.065,
+   FP6 E2M3 0.0137 against 0.0142, equal for the others): torchao is the more accurate
+   there, mptutor the one that keeps the rule.
 3. NVFP4, a block whose scale relative to the tensor's is below 2**-6: torchao clamps the E4M3
    block scale up to 2**-6 (its smallest normal), mptutor rounds it to the nearest E4M3
-   value, subnormals included; and torchao multiplies by reciprocals where mptutor divides.
-   Measured on tensors whose blocks span decades: mptutor's error is the smaller.
+   value, subnormals included; and torchao multiplies by reciprocals where mptutor divides
+   (no element differs on the tensors here). Measured on a tensor whose blocks span 24
+   binades: where the wanted block scale is from 2**-10 to 2**-6, mptutor's largest error is
+   the smaller (13% of the block's amax against torchao's 18%); below 2**-10 both lose the
+   block (mptutor's scale rounds to 0 and flushes it, torchao keeps about 1.5%).
 4. ``scale_from_amax`` of an amax of 0 keeps the previous scale, and of an amax below
    1e-12 is still ``max / amax`` (up to float32's largest); torchao takes every amax below
    1e-12 as 1e-12. Measured on a tensor of amax 1e-24: mptutor's scale keeps it within 7%,
@@ -158,11 +163,13 @@ def test_mx_rceil_matches_where_torchaos_log2_is_exact_and_differs_by_one_expone
     # torchao's exponent lets the amax pass the largest element: it saturates; mptutor's never
     assert (np.abs(edge[differ, 0]) / ao_scale_values[differ, 0] > big).all()
     assert (np.abs(edge[:, 0]) / np.exp2(scales[:, 0].astype(np.float64) - 127) <= big).all()
-    # measured: on these blocks torchao's lower exponent gives the smaller block error
-    # (saturating by one float32 step costs less than the bit every other element loses)
-    ours_error = np.abs(ours_back - edge)[differ].max(axis=1)
-    ao_error = np.abs(ao_back - edge)[differ].max(axis=1)
-    assert (ao_error <= ours_error).all()
+    # measured: torchao's lower exponent costs nothing in the largest error and gives an RMS
+    # error no larger (saturating by one float32 step costs less than a bit of every element)
+    assert (np.abs(ao_back - edge).max(axis=1) <= np.abs(ours_back - edge).max(axis=1)).all()
+    amax = np.abs(edge).max(axis=1, keepdims=True)
+    ours_rms = np.sqrt((((ours_back - edge) / amax)[differ] ** 2).mean())
+    ao_rms = np.sqrt((((ao_back - edge) / amax)[differ] ** 2).mean())
+    assert ao_rms <= ours_rms
 
 
 def _nvfp4_torchao(x):
@@ -198,8 +205,15 @@ def test_nvfp4_small_blocks_torchao_clamps_the_scale_and_loses_accuracy():
     err_ours = np.abs(ours_back - x).reshape(64, 4, 16).max(axis=-1)
     err_ao = np.abs(ao_back - x).reshape(64, 4, 16).max(axis=-1)
     amax = np.abs(x).reshape(64, 4, 16).max(axis=-1)
-    # on the clamped blocks mptutor's relative error is smaller (often: torchao flushes them)
-    assert (err_ours[clamped] / amax[clamped]).mean() < (err_ao[clamped] / amax[clamped]).mean()
+    wanted = amax / 6 / tensor  # the block scale before rounding to E4M3
+    kept = (wanted >= 2.0**-10) & (wanted < 2.0**-6)  # E4M3 subnormals hold it, roughly
+    lost = wanted < 2.0**-10
+    assert kept.sum() >= 10 and lost.sum() >= 10
+    # where subnormal block scales hold the block, mptutor's error is the smaller
+    assert (err_ours[kept] / amax[kept]).mean() < 0.8 * (err_ao[kept] / amax[kept]).mean()
+    # below, both lose the block: mptutor flushes it to 0, torchao keeps a few per cent
+    assert (err_ours[lost] / amax[lost]).mean() == 1.0
+    assert (err_ao[lost] / amax[lost]).mean() > 0.95
     # elsewhere the same block scales, and the same elements but for a rounding edge or two
     np.testing.assert_array_equal(scales.view(np.uint8)[~clamped], ao_scales[~clamped])
     same = (elements.view(np.uint8) == ao_elements).reshape(64, 4, 16)[~clamped]
