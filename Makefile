@@ -6,7 +6,8 @@
 #                notebooks/gluon
 #
 #   make test        create both environments on first use, run the unit tests in each, then
-#                    strict nbval over every notebook in its framework's environment
+#                    strict nbval over every notebook in its framework's environment; the unit
+#                    tests build the site and open it in Chromium (tests/test_site.py)
 #   make run         execute every notebook into build/<track>/ (.ipynb + .html) with a summary
 #                    and build them into a site, build/site/index.html
 #   make site        the site from the committed notebooks (landing page, a page per notebook,
