@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mptutor import formats
-from mptutor._checks import check_scalar
+from mptutor._checks import check_format, check_scalar
 
 __all__ = ["GradientStats", "gradient_stats"]
 
@@ -32,14 +32,21 @@ class GradientStats:
     zeros, nonfinite : int
         Values that are exactly zero; values that are inf or NaN.
     underflow : int
-        Non-zero finite values below half the smallest subnormal: they round to zero.
+        Non-zero finite values that round to zero: at most half the smallest subnormal
+        (fp16: ``|g| <= 2**-25``; a tie rounds to the even zero).
     subnormal : int
-        Values from there up to the smallest normal: kept, with fewer significant bits.
+        Values that round to a subnormal: kept, with fewer significant bits.
     overflow : int
-        Finite values from the power of two above the largest binade on (fp16:
-        ``|g| >= 65536``): they become inf (NaN in fp8_e4m3).
+        Finite values that round beyond the largest value (fp16: ``|g| >= 65520``): they become
+        inf (NaN in fp8_e4m3; FP6 and FP4 saturate at their largest value instead).
     exponents : numpy.ndarray
         ``floor(log2 |g|)`` of every non-zero finite value (int32).
+    magnitudes : numpy.ndarray
+        ``|g|`` of every non-zero finite value (float64), in the order of ``exponents``.
+
+    The three counts agree with :func:`mptutor.formats.round_to` value for value: a value
+    counts as underflow, subnormal or overflow exactly when its correctly rounded value in the
+    format is 0, a subnormal, or beyond the largest finite value.
     """
 
     fmt: str
@@ -50,6 +57,7 @@ class GradientStats:
     subnormal: int
     overflow: int
     exponents: np.ndarray
+    magnitudes: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def share(self, what: str) -> float:
         """Return the share (0 to 1) of all values in one category, a field name above.
@@ -79,18 +87,33 @@ class GradientStats:
         if not shift.is_integer():
             raise ValueError(f"factor must be a positive power of two, got {factor!r}")
         exps = self.exponents + int(shift)
-        under, sub, over = _classify(exps, formats.get(self.fmt))
+        mags = np.exp2(self.exponents) if self.magnitudes is None else self.magnitudes
+        with np.errstate(over="ignore", under="ignore"):
+            mags = np.ldexp(mags, int(shift))  # exact (float64's range aside)
+        under, sub, over = _classify(mags, formats.get(self.fmt))
         return GradientStats(
-            self.fmt, self.count, self.zeros, self.nonfinite, under, sub, over, exps
+            self.fmt, self.count, self.zeros, self.nonfinite, under, sub, over, exps, mags
         )
 
 
-def _classify(exponents: np.ndarray, f: formats.Format) -> tuple[int, int, int]:
-    """Count underflow, subnormal and overflow by exponent alone (a power of two shifts them)."""
-    tiny = f.min_exponent - f.mantissa_bits  # exponent of the smallest subnormal
-    under = int(np.count_nonzero(exponents < tiny - 1))
-    sub = int(np.count_nonzero((exponents >= tiny - 1) & (exponents < f.min_exponent)))
-    over = int(np.count_nonzero(exponents > f.max_exponent))
+def _classify(magnitudes: np.ndarray, f: formats.Format) -> tuple[int, int, int]:
+    """Count the magnitudes that round to 0, to a subnormal and beyond the largest value.
+
+    The edges are the midpoints between neighbouring values of the format, where round half to
+    even decides as :func:`mptutor.formats.round_to` does: half the smallest subnormal goes to
+    0; the midpoint below the smallest normal goes up to it (the largest subnormal is odd);
+    the midpoint above the largest value goes up (to inf) when that value is odd, as in every
+    format but fp8_e4m3 (448 is even: 464 rounds to 448).
+    """
+    half_tiny = f.smallest_subnormal / 2
+    under = int(np.count_nonzero(magnitudes <= half_tiny))
+    sub = int(
+        np.count_nonzero((magnitudes > half_tiny) & (magnitudes < f.smallest_normal - half_tiny))
+    )
+    spacing = 2.0 ** (f.max_exponent - f.mantissa_bits)  # between the largest values
+    top = f.max + spacing / 2
+    odd = (f.max / spacing) % 2 == 1
+    over = int(np.count_nonzero(magnitudes >= top if odd else magnitudes > top))
     return under, sub, over
 
 
@@ -112,11 +135,17 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
     Raises
     ------
     TypeError
-        If ``values`` is not an array or a list of arrays of real numbers.
+        If ``values`` is not an array or a list of arrays of real numbers, or ``fmt`` is a
+        number.
     ValueError
-        If ``fmt`` is not a known format.
+        If ``fmt`` is not a known format, or is ``e8m0`` (it holds scales: no sign, no zero).
     """
-    f = formats.get(fmt)
+    f = check_format(fmt)
+    if f.mantissa_bits == 0:
+        raise ValueError(
+            f"fmt must be a format that holds gradients, got {f.name}: it holds the scales of "
+            "block formats (no sign, no zero, no significand)"
+        )
     if isinstance(values, np.ndarray):
         values = [values]
     elif not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
@@ -133,6 +162,6 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
     nonzero = finite & (flat != 0)
     mags = np.abs(flat[nonzero])
     exps = np.floor(np.log2(mags)).astype(np.int32) if mags.size else np.zeros(0, np.int32)
-    under, sub, over = _classify(exps, f)
+    under, sub, over = _classify(mags, f)
     zeros, nonfinite = int(np.count_nonzero(flat == 0)), int(np.count_nonzero(~finite))
-    return GradientStats(f.name, int(flat.size), zeros, nonfinite, under, sub, over, exps)
+    return GradientStats(f.name, int(flat.size), zeros, nonfinite, under, sub, over, exps, mags)
