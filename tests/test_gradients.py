@@ -93,7 +93,10 @@ def test_scaled_agrees_with_round_to_of_the_scaled_values(fmt):
 
 
 def test_the_scale_format_is_refused():
-    with pytest.raises(ValueError, match="e8m0: it holds the scales of block formats"):
+    # Where ml_dtypes has no E8M0 (before 0.5, as in the MXNet environment) the format is unknown.
+    known = "e8m0" in [f.name for f in formats.all_formats(block=True)]
+    message = "e8m0: it holds the scales of block formats" if known else "unknown .* 'e8m0'"
+    with pytest.raises(ValueError, match=message):
         gradient_stats(np.ones(2), "e8m0")
 
 
