@@ -158,7 +158,10 @@ def test_the_budget_file_names_every_notebook_and_no_other():
     budgets = notebooks.load_budgets(ROOT / "notebooks" / "budgets.json")
     there = {f"{p.parent.name}/{p.name}" for p in (ROOT / "notebooks").glob("*/*.ipynb")}
     assert set(budgets) == there
-    assert all(0 < s <= 120 for s in budgets.values())  # about two minutes each on CI's machine
+    # About two minutes each on CI's machine; the file names each notebook that needs more.
+    over = json.loads((ROOT / "notebooks" / "budgets.json").read_text())["over_target"]
+    assert {name for name, s in budgets.items() if s > 120} == set(over)
+    assert all(0 < s for s in budgets.values())
 
 
 @pytest.mark.parametrize(
