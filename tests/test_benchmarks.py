@@ -26,7 +26,8 @@ import records  # noqa: E402
 import targets  # noqa: E402
 
 
-def _script(name):
+def load_script(name):
+    """A benchmark script of benchmarks/ as a module, to call its main() (skips without torch)."""
     pytest.importorskip("torch", reason="PyTorch is not installed")
     spec = importlib.util.spec_from_file_location(
         f"bench_{name}", ROOT / "benchmarks" / f"{name}.py"
@@ -249,7 +250,7 @@ def test_the_targets_command_prints_and_checks(tmp_path, capsys):
 
 def test_gemm_sweep_smoke_run_writes_a_record(tmp_path, capsys):
     torch = pytest.importorskip("torch")
-    _script("gemm_sweep").main(["--smoke", "--out", str(tmp_path), "--commit", "abc"])
+    load_script("gemm_sweep").main(["--smoke", "--out", str(tmp_path), "--commit", "abc"])
     out = capsys.readouterr().out
     assert "tf32 is measured on CUDA GPUs only" in out and "wall-clock" in out
     path, record = _only_record(tmp_path)
@@ -269,13 +270,13 @@ def test_gemm_sweep_smoke_run_writes_a_record(tmp_path, capsys):
 
 def test_scripts_write_nothing_without_out(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _script("gemm_sweep").main(["--smoke", "--precisions", "fp32"])
+    load_script("gemm_sweep").main(["--smoke", "--precisions", "fp32"])
     assert "saved" not in capsys.readouterr().out and not list(tmp_path.iterdir())
 
 
 def test_resnet50_benchmark_compares_each_mode_at_its_best_layout(tmp_path, capsys):
     modes = ["fp32", "tf32", "amp-bf16"]  # any spelling formats.precision reads
-    _script("resnet50_amp").main(["--smoke", "--modes", *modes, "--out", str(tmp_path)])
+    load_script("resnet50_amp").main(["--smoke", "--modes", *modes, "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "not measured: tf32" in out and "Each mode at its best layout" in out
     _, record = _only_record(tmp_path)
@@ -297,7 +298,7 @@ def test_resnet50_benchmark_compares_each_mode_at_its_best_layout(tmp_path, caps
 
 
 def test_scaler_benchmark_smoke_run_keeps_master_and_model_strides_equal(tmp_path, capsys):
-    _script("scaler_overhead").main(["--smoke", "--out", str(tmp_path)])
+    load_script("scaler_overhead").main(["--smoke", "--out", str(tmp_path)])
     assert "master strides match: True" in capsys.readouterr().out
     path, record = _only_record(tmp_path)
     data = record["data"]
@@ -318,7 +319,7 @@ def _masters(convert_first):
     opt = mpt.MasterWeightOptimizer(lambda p: torch.optim.SGD(p, lr=0.1), model)
     if not convert_first:
         model.to(memory_format=torch.channels_last)
-    return _script("scaler_overhead").stride_mismatches(opt.model_params, opt.master_params)
+    return load_script("scaler_overhead").stride_mismatches(opt.model_params, opt.master_params)
 
 
 def test_masters_share_the_layout_only_when_the_model_is_converted_first():
@@ -328,7 +329,7 @@ def test_masters_share_the_layout_only_when_the_model_is_converted_first():
 
 def test_stride_mismatches_checks_its_input():
     torch = pytest.importorskip("torch")
-    stride_mismatches = _script("scaler_overhead").stride_mismatches
+    stride_mismatches = load_script("scaler_overhead").stride_mismatches
     with pytest.raises(ValueError, match="2 tensors against 1"):
         stride_mismatches([torch.zeros(1), torch.zeros(1)], [torch.zeros(1)])
     with pytest.raises(ValueError, match="differs in shape"):
@@ -337,7 +338,7 @@ def test_stride_mismatches_checks_its_input():
 
 def test_scaler_benchmark_refuses_channels_last_for_an_mlp():
     with pytest.raises(SystemExit):
-        _script("scaler_overhead").main(["--model", "mlp", "--channels-last"])
+        load_script("scaler_overhead").main(["--model", "mlp", "--channels-last"])
 
 
 # --- the GPU plan -----------------------------------------------------------------------------
@@ -407,7 +408,7 @@ def test_a_step_writes_its_log_into_the_output_folder(tmp_path):
 
 @pytest.mark.gpu
 def test_gemm_sweep_on_a_gpu_times_with_cuda_graphs_past_the_l2_cache(tmp_path):
-    _script("gemm_sweep").main(
+    load_script("gemm_sweep").main(
         ["--smoke", "--device", "cuda", "--sizes", "256", "--out", str(tmp_path)]
     )
     _, record = _only_record(tmp_path)
@@ -420,7 +421,7 @@ def test_gemm_sweep_on_a_gpu_times_with_cuda_graphs_past_the_l2_cache(tmp_path):
 
 @pytest.mark.gpu
 def test_resnet50_benchmark_takes_the_cuda_path_for_an_indexed_device(tmp_path):
-    module = _script("resnet50_amp")
+    module = load_script("resnet50_amp")
     module.main(["--smoke", "--device", "cuda:0", "--out", str(tmp_path)])
     _, record = _only_record(tmp_path)
     rows = record["data"]["rows"]
@@ -431,7 +432,7 @@ def test_resnet50_benchmark_takes_the_cuda_path_for_an_indexed_device(tmp_path):
 
 @pytest.mark.gpu
 def test_scaler_benchmark_on_a_gpu_counts_host_syncs(tmp_path):
-    _script("scaler_overhead").main(["--smoke", "--device", "cuda:0", "--out", str(tmp_path)])
+    load_script("scaler_overhead").main(["--smoke", "--device", "cuda:0", "--out", str(tmp_path)])
     _, record = _only_record(tmp_path)
     data = record["data"]
     assert data["master_strides_match"]

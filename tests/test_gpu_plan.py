@@ -5,7 +5,6 @@ from recorded times are checked here without a GPU; so are the parts of ``first`
 fit the 7 minutes of one command) and the benchmark scripts' ``--budget-s``.
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -19,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import ledger  # noqa: E402
+from test_benchmarks import load_script  # noqa: E402
 
 PLAN = ROOT / "benchmarks" / "gpu-plan.sh"
 FIRST_S = 420  # one command of at most 7 minutes
@@ -241,23 +241,13 @@ def test_the_parts_of_first_fit_one_command_and_each_has_its_share_explained():
 # --- --budget-s in the scripts ---------------------------------------------------------------
 
 
-def _script(name):
-    pytest.importorskip("torch", reason="PyTorch is not installed")
-    spec = importlib.util.spec_from_file_location(
-        f"plan_{name}", ROOT / "benchmarks" / f"{name}.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _record(folder):
     (path,) = Path(folder).glob("*.json")
     return json.loads(path.read_text())["data"]
 
 
 def test_a_spent_budget_skips_the_gemm_sizes_and_says_so(tmp_path, capsys):
-    _script("gemm_sweep").main(["--smoke", "--sizes", "16", "8", "--precisions", "fp32",
+    load_script("gemm_sweep").main(["--smoke", "--sizes", "16", "8", "--precisions", "fp32",
                                 "--budget-s", "1e-9", "--out", str(tmp_path)])  # fmt: skip
     data = _record(tmp_path)
     assert data["rows"] == [] and data["sizes"] == [] and data["budget_s"] == 1e-9
@@ -267,7 +257,7 @@ def test_a_spent_budget_skips_the_gemm_sizes_and_says_so(tmp_path, capsys):
 
 
 def test_the_fp8_step_measures_torchaos_recipes_when_torchao_imports(tmp_path, capsys):
-    module = _script("fp8_step")
+    module = load_script("fp8_step")
     if not module.torchao_state()["imported"]:
         pytest.skip("torchao does not import here")
     module.main(["--smoke", "--variants", "bf16", "fp8", "torchao_tensorwise", "torchao_rowwise",
@@ -284,7 +274,7 @@ def test_the_fp8_step_measures_torchaos_recipes_when_torchao_imports(tmp_path, c
 
 
 def test_the_fp8_step_records_that_torchao_did_not_import(tmp_path, monkeypatch, capsys):
-    module = _script("fp8_step")
+    module = load_script("fp8_step")
     monkeypatch.setattr(
         module, "torchao_state", lambda: {"imported": False, "error": "ImportError: no torchao"}
     )
@@ -342,8 +332,8 @@ def test_the_readme_and_make_test_gpu_say_what_the_script_does():
 
 
 def test_a_spent_budget_skips_the_resnet_runs_and_the_record_says_which(tmp_path):
-    _script("resnet50_amp").main(["--smoke", "--modes", "fp32", "amp_bf16", "--budget-s", "1e-9",
-                                  "--out", str(tmp_path)])  # fmt: skip
+    load_script("resnet50_amp").main(["--smoke", "--modes", "fp32", "amp_bf16",
+                                      "--budget-s", "1e-9", "--out", str(tmp_path)])  # fmt: skip
     data = _record(tmp_path)
     assert data["rows"] == [] and data["best_layouts"] == [] and data["complete"]
     assert set(data["skipped"]) == {f"{m} {layout}" for m in ("fp32", "amp_bf16")
