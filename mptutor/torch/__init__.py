@@ -1,4 +1,4 @@
-"""PyTorch helpers: FP32 master weights, debugging, profiling, FP8, several processes.
+"""PyTorch helpers: FP32 master weights, debugging, profiling, FP8, several processes, a model.
 
 Use it the d2l way (this package imports PyTorch; ``import mptutor`` does not)::
 
@@ -13,6 +13,7 @@ the TF32 switch are in :mod:`mptutor.torch_perf`.
 import torch
 
 from mptutor import hardware
+from mptutor.torch._decoder import Decoder, MarkovChain, next_token_loss
 from mptutor.torch._distributed import WorkerError, Workers, choose_backend, launch
 from mptutor.torch._fp8 import FP8Linear, to_fp8
 from mptutor.torch._headroom import headroom, stochastic_round
@@ -51,6 +52,9 @@ __all__ = [
     "FP8Linear",
     "to_fp8",
     "import_torchao",
+    "Decoder",
+    "MarkovChain",
+    "next_token_loss",
 ]
 
 
