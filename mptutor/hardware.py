@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from mptutor._checks import check_scalar, check_type
 
-__all__ = ["GpuInfo", "HardwareReport", "report", "gpus", "pick"]
+__all__ = ["GpuInfo", "HardwareReport", "report", "gpus", "pick", "cpu_native", "onednn_isa_cap"]
 
 T = TypeVar("T")
 
@@ -50,7 +50,25 @@ _ARCHITECTURES = (
 _TENSOR_CORES_FROM = {"fp16": (7, 0), "tf32": (8, 0), "bf16": (8, 0), "fp8_e4m3": (8, 9)}
 
 #: CPU flags (from /proc/cpuinfo) that speed up low-precision arithmetic on a CPU.
-_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+_CPU_FLAGS = (
+    "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8"
+)
+
+#: oneDNN's instruction-set levels, the bit masks of its ``dnnl_cpu_isa_t`` (each level holds
+#: the ones below it): the names ``ONEDNN_MAX_CPU_ISA`` accepts as a cap.
+_ONEDNN_LEVELS = {
+    "SSE41": 0x1, "AVX": 0x3, "AVX2": 0x7, "AVX2_VNNI": 0xF, "AVX2_VNNI_2": 0x1F,
+    "AVX512_CORE": 0x27, "AVX512_CORE_VNNI": 0x67, "AVX512_CORE_BF16": 0xE7,
+    "AVX512_CORE_FP16": 0x1EF, "AVX10_1_512": 0x1EF, "AVX512_CORE_AMX": 0xFEF,
+    "AVX10_1_512_AMX": 0xFEF, "AVX512_CORE_AMX_FP16": 0x1FEF, "AVX10_1_512_AMX_FP16": 0x1FEF,
+}
+
+#: For products in each format, the CPU flags with which oneDNN computes them natively and the
+#: oneDNN level each needs.
+_NATIVE = {
+    "bf16": {"avx512_bf16": "AVX512_CORE_BF16", "amx_bf16": "AVX512_CORE_AMX"},
+    "fp16": {"avx512_fp16": "AVX512_CORE_FP16", "amx_fp16": "AVX512_CORE_AMX_FP16"},
+}
 
 
 @dataclass(frozen=True)
@@ -129,7 +147,7 @@ class HardwareReport:
         Logical CPU cores.
     cpu_features : dict of str to bool
         Whether the CPU has each of ``avx2, avx512f, avx512_bf16, avx512_fp16, amx_bf16,
-        amx_fp16`` (all ``False`` where ``/proc/cpuinfo`` cannot be read).
+        amx_fp16, amx_int8`` (all ``False`` where ``/proc/cpuinfo`` cannot be read).
     gpus : list of GpuInfo
         CUDA GPUs found (empty on a CPU-only machine).
     packages : dict of str to str or None
@@ -384,3 +402,56 @@ def report(refresh: bool = False) -> HardwareReport:
     )
     _CACHE["report"] = result
     return result
+
+
+def onednn_isa_cap() -> str:
+    """Return the instruction-set cap set for oneDNN in this process, ``"ALL"`` when none is.
+
+    oneDNN reads ``ONEDNN_MAX_CPU_ISA`` (older builds, such as MXNet 1.9.1's, only
+    ``DNNL_MAX_CPU_ISA``); a cap such as ``AVX2`` makes a newer CPU compute as an AVX2-only one
+    would, which is how a lesson rehearses a CPU without BF16 instructions. Upper case.
+    """
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+    return cap.strip().upper() or "ALL"
+
+
+def cpu_native(fmt: str) -> tuple[str, ...]:
+    """Name the CPU instructions with which oneDNN computes products in ``fmt`` natively here.
+
+    An instruction counts where the CPU has it (``report().cpu_features``) and the cap of
+    :func:`onednn_isa_cap` allows it (``ALL``, ``DEFAULT`` or a name newer than oneDNN's table
+    set no cap). Empty where products in ``fmt`` are emulated: the library converts the values
+    and multiplies in FP32, or falls back to generic code, several times slower than FP32.
+
+    Parameters
+    ----------
+    fmt : {"bf16", "fp16"}
+        ``bf16``: AVX512-BF16 or AMX-BF16; ``fp16``: AVX512-FP16 or AMX-FP16. (Whether PyTorch's
+        CPU ``_scaled_mm`` takes oneDNN for FP8 is decided by the CPU's flags alone, AMX-INT8 or
+        AMX-FP16 in ``report().cpu_features``, not by this cap.)
+
+    Returns
+    -------
+    tuple of str
+        The flags, in the order above, e.g. ``("avx512_bf16",)``; ``()`` where none may be used.
+
+    Raises
+    ------
+    ValueError
+        If ``fmt`` is not one of the two.
+
+    Examples
+    --------
+    >>> from mptutor import hardware
+    >>> bf16_native = bool(hardware.cpu_native("bf16"))  # doctest: +SKIP
+    """
+    if not isinstance(fmt, str) or fmt not in _NATIVE:
+        raise ValueError(f"fmt must be one of {', '.join(_NATIVE)}, got {fmt!r}")
+    features = report().cpu_features
+    cap = _ONEDNN_LEVELS.get(onednn_isa_cap())  # None: ALL, DEFAULT or a newer name, no cap
+    found = []
+    for flag, level in _NATIVE[fmt].items():
+        need = _ONEDNN_LEVELS[level]
+        if features.get(flag) and (cap is None or cap & need == need):
+            found.append(flag)
+    return tuple(found)

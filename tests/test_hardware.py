@@ -154,3 +154,58 @@ def test_pick_by_a_torch_device_and_a_bad_one():
     assert hardware.pick(cpu=1, gpu=2, on=torch.device("cuda", 0)) == 2
     with pytest.raises(TypeError, match="on must be"):
         hardware.pick(cpu=1, gpu=2, on=3)
+
+
+def _with_flags(monkeypatch, *flags):
+    """A report whose CPU has exactly ``flags``."""
+    features = {flag: flag in flags for flag in hardware._CPU_FLAGS}
+    fake = hardware.HardwareReport("3.11", "Linux x86_64", "test CPU", 2, features)
+    monkeypatch.setattr(hardware, "_CACHE", {"report": fake})
+
+
+@pytest.mark.parametrize(
+    ("flags", "cap", "bf16", "fp16"),
+    [
+        (("avx2",), None, (), ()),
+        (("avx2", "avx512f", "avx512_bf16"), None, ("avx512_bf16",), ()),
+        (("avx2", "avx512f", "avx512_bf16"), "AVX2", (), ()),
+        (("avx2", "avx512f", "avx512_bf16"), "avx512_core", (), ()),  # case does not matter
+        (("avx2", "avx512f", "avx512_bf16"), "AVX512_CORE_BF16", ("avx512_bf16",), ()),
+        # an Intel Xeon with AMX (Sapphire Rapids): everything, unless capped
+        (("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8"),
+         None, ("avx512_bf16", "amx_bf16"), ("avx512_fp16", "amx_fp16")),
+        (("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8"),
+         "AVX512_CORE_AMX", ("avx512_bf16", "amx_bf16"), ("avx512_fp16",)),
+        (("avx512_bf16", "amx_bf16"), "DEFAULT", ("avx512_bf16", "amx_bf16"), ()),
+        (("avx512_bf16",), "SOME_FUTURE_ISA", ("avx512_bf16",), ()),  # unknown: no cap
+    ],
+)
+def test_cpu_native_counts_what_the_cpu_has_and_the_cap_allows(
+    monkeypatch, flags, cap, bf16, fp16
+):
+    _with_flags(monkeypatch, *flags)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert hardware.cpu_native("bf16") == bf16
+    assert hardware.cpu_native("fp16") == fp16
+
+
+def test_onednn_isa_cap_reads_both_names(monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    assert hardware.onednn_isa_cap() == "ALL"
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "avx2")  # MXNet 1.9.1's oneDNN reads only this one
+    assert hardware.onednn_isa_cap() == "AVX2"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    assert hardware.onednn_isa_cap() == "AVX512_CORE"
+    _with_flags(monkeypatch, "avx512_bf16")
+    assert hardware.cpu_native("bf16") == ()
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "BF16", "fp8", "fp8_e4m3", None, 16])
+def test_cpu_native_refuses_other_formats(fmt):
+    with pytest.raises(ValueError, match="fmt must be one of bf16, fp16"):
+        hardware.cpu_native(fmt)
