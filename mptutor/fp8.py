@@ -327,27 +327,128 @@ def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
     return (v * s[..., None]).reshape(np.shape(elements))
 
 
-def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
+_NVFP4_BLOCKS = ((1, 16), (16, 16))  # NVFP4's blocks: 16 along a row; 16x16 for 2D weights
+_ROUNDINGS = ("nearest", "stochastic")
+
+
+def _block_shape(block_shape: Any) -> tuple[int, int]:
+    """Return ``block_shape`` as ``(1, 16)`` or ``(16, 16)``; refuse anything else."""
+    ints = isinstance(block_shape, (tuple, list)) and all(
+        isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in block_shape
+    )
+    shape = tuple(int(n) for n in block_shape) if ints else None
+    if shape not in _NVFP4_BLOCKS:
+        raise ValueError(f"block_shape must be (1, 16) or (16, 16), got {block_shape!r}")
+    return shape
+
+
+def _rounding(rounding: Any) -> str:
+    """Return ``rounding`` checked: ``"nearest"`` or ``"stochastic"``."""
+    if not isinstance(rounding, str) or rounding not in _ROUNDINGS:
+        raise ValueError(f"rounding must be one of {', '.join(_ROUNDINGS)}, got {rounding!r}")
+    return rounding
+
+
+def _rng(seed: Any) -> np.random.Generator:
+    """Return a NumPy Generator from ``seed``: None, an int >= 0, or a Generator (used as is)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is not None:
+        check_scalar(seed, "seed", int, min_val=0)
+    return np.random.default_rng(seed)
+
+
+def _nvfp4_blocks(x: Any, block_shape: tuple[int, int], name: str = "x") -> np.ndarray:
+    """Return ``x`` in float32 with one block per index of all axes but the last one or two.
+
+    ``(1, 16)``: shape ``(..., c / 16, 16)``; ``(16, 16)``: ``(..., r / 16, c / 16, 256)``.
+    """
+    if block_shape == (1, 16):
+        return _blocks(x, 16, name)
+    with np.errstate(over="ignore"):
+        arr = _real_array(x, name).astype(np.float32)
+    if arr.ndim < 2 or arr.shape[-2] % 16 or arr.shape[-1] % 16:
+        raise ValueError(
+            f"the last two axes of {name} (shape {arr.shape}) must be multiples of 16 for "
+            "block_shape=(16, 16)"
+        )
+    *lead, r, c = arr.shape
+    v = arr.reshape(*lead, r // 16, 16, c // 16, 16)
+    return np.moveaxis(v, -3, -2).reshape(*lead, r // 16, c // 16, 256)
+
+
+def _nvfp4_unblock(v: np.ndarray, shape: tuple[int, ...], block_shape: tuple[int, int]):
+    """Undo :func:`_nvfp4_blocks`: blocks back to an array of ``shape``."""
+    if block_shape == (1, 16):
+        return v.reshape(shape)
+    *lead, r, c = shape
+    v = v.reshape(*lead, r // 16, c // 16, 16, 16)
+    return np.moveaxis(v, -2, -3).reshape(shape)
+
+
+def _fp4_stochastic(scaled: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Round float32 values to FP4 (E2M1) at random, unbiased between the two neighbours.
+
+    Values beyond +-6 saturate to +-6. The FP4 grid spacing is 0.5 below 2, 1 below 4 and 2
+    up to 6; a value ``lo + f * step`` (``0 <= f < 1``) becomes ``lo + step`` with
+    probability ``f`` (a float64 uniform draw per value, so exact to ``2**-53``).
+    """
+    size = np.minimum(np.abs(scaled), np.float32(6.0))
+    step = np.where(size < 2, np.float32(0.5), np.where(size < 4, np.float32(1), np.float32(2)))
+    low = np.floor(size / step) * step  # exact: step is a power of two
+    up = rng.random(size.shape) < (size - low) / step
+    return np.copysign(low + up * step, scaled).astype(formats.get("fp4_e2m1").dtype)
+
+
+def nvfp4_quantize(
+    x: Any, block_shape: Any = (1, 16), rounding: str = "nearest", seed: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.float32]:
     """Quantize to NVFP4: FP4 (E2M1) elements, an E4M3 scale per 16 values, one FP32 scale.
 
     The tensor scale ``amax / (6 * 448)`` (the largest FP4 and E4M3 values) brings the block
-    scales ``block amax / 6 / tensor scale`` into E4M3; each element is ``x / (block scale *
-    tensor scale)`` rounded to FP4, saturating. A block holding NaN or inf gets a NaN scale.
+    scales ``block amax / 6 / tensor scale`` into E4M3 (rounded to nearest, saturating); each
+    element is ``x / (block scale * tensor scale)`` rounded to FP4, saturating at +-6. A block
+    holding NaN or inf gets a NaN scale (its elements are 0, so it decodes to NaN); a block
+    whose scale rounds to 0 decodes to 0.
 
     Parameters
     ----------
     x : array_like
-        Values (taken in float32); the last axis a multiple of 16.
+        Values (taken in float32); the last axis a multiple of 16 (for 16x16 blocks, the last
+        two axes).
+    block_shape : (1, 16) or (16, 16), optional
+        ``(1, 16)``: blocks of 16 consecutive values along the last axis; ``(16, 16)``: 2D
+        blocks over the last two axes (one scale from each 16x16 block's amax), as the published
+        NVFP4 training recipe quantizes weights, so that a matrix and its transpose share them.
+    rounding : {"nearest", "stochastic"}, optional
+        How the FP4 elements are rounded: to nearest even, or at random between the two
+        neighbours, up with probability the distance to the lower one over the spacing, so that
+        ``E[element] = x / scale`` inside +-6 (the block scales are rounded to nearest always,
+        as in the published recipe).
+    seed : None, int or numpy.random.Generator, optional
+        Source of the random draws of ``"stochastic"`` (ignored for ``"nearest"``): the same
+        seed gives the same elements.
 
     Returns
     -------
     elements, block_scales, tensor_scale : numpy.ndarray, numpy.ndarray, numpy.float32
-        FP4 elements (the shape of ``x``), one E4M3 scale per 16 values along the last axis,
-        and ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros; at least
+        FP4 elements (the shape of ``x``), the E4M3 block scales (shape ``(..., c / 16)``
+        for ``(1, 16)``, ``(..., r / 16, c / 16)`` for ``(16, 16)``), and
+        ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros; at least
         ``1 / float32 max``, never 0, as Transformer Engine's, for a tensor of tiny values).
+
+    Raises
+    ------
+    ValueError
+        For a ``block_shape`` other than (1, 16) or (16, 16), an unknown ``rounding``, axes
+        that are not multiples of 16; ``TypeError``/``ValueError`` for a ``seed`` that is not
+        None, an int >= 0 or a Generator. All checked before anything is computed.
     """
+    block_shape = _block_shape(block_shape)
+    rounding = _rounding(rounding)
+    rng = _rng(seed)  # checked for "nearest" too, then unused
     fp4 = _format("fp4_e2m1", "elem_fmt")
-    v = _blocks(x, 16)
+    v = _nvfp4_blocks(x, block_shape)
     amax = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
     # Transformer Engine's rule (common/cast/nvfp4/core_nvfp4.cuh): the encode scale
     # 6 * 448 / amax is at most the largest float32, so the decode scale is never 0.
@@ -361,18 +462,36 @@ def nvfp4_quantize(x: Any) -> tuple[np.ndarray, np.ndarray, np.float32]:
     decode = block_scales.astype(np.float32) * tensor_scale
     ok = np.isfinite(decode) & (decode > 0)
     scaled = np.where(ok[..., None], v / np.where(ok, decode, 1.0)[..., None], 0)
-    return quantize(scaled, fp4, 1.0).reshape(np.shape(x)), block_scales, tensor_scale
+    if rounding == "nearest":
+        elements = quantize(scaled, fp4, 1.0)
+    else:
+        elements = _fp4_stochastic(scaled.astype(np.float32), rng)
+    return _nvfp4_unblock(elements, np.shape(x), block_shape), block_scales, tensor_scale
 
 
-def nvfp4_dequantize(elements: Any, block_scales: Any, tensor_scale: Any) -> np.ndarray:
+def nvfp4_dequantize(
+    elements: Any, block_scales: Any, tensor_scale: Any, block_shape: Any = (1, 16)
+) -> np.ndarray:
     """Return the values of an NVFP4 tensor: element x block scale x tensor scale, float32.
 
     Parameters
     ----------
     elements, block_scales, tensor_scale
         The three parts :func:`nvfp4_quantize` returns.
+    block_shape : (1, 16) or (16, 16), optional
+        The blocks they were quantized in.
     """
+    block_shape = _block_shape(block_shape)
     scale = np.float32(
         check_scalar(tensor_scale, "tensor_scale", min_val=0, include_boundaries="neither")
     )
-    return mx_dequantize(elements, block_scales, 16) * scale
+    if block_shape == (1, 16):
+        return mx_dequantize(elements, block_scales, 16) * scale
+    v = _nvfp4_blocks(elements, block_shape, "elements")
+    with np.errstate(over="ignore"):
+        s = _real_array(block_scales, "block_scales").astype(np.float32)
+    if s.shape != v.shape[:-1]:
+        raise ValueError(
+            f"block_scales must have shape {v.shape[:-1]} (one a 16x16 block), got {s.shape}"
+        )
+    return _nvfp4_unblock(v * s[..., None], np.shape(elements), block_shape) * scale

@@ -1,4 +1,4 @@
-"""PyTorch helpers: FP32 master weights, debugging, profiling, FP8, several processes, a model.
+"""PyTorch helpers: FP32 master weights, debugging, profiling, FP8, FP4, several processes, a model.
 
 Use it the d2l way (this package imports PyTorch; ``import mptutor`` does not)::
 
@@ -15,6 +15,7 @@ import torch
 from mptutor import hardware
 from mptutor.torch._decoder import Decoder, MarkovChain, next_token_loss
 from mptutor.torch._distributed import WorkerError, Workers, choose_backend, launch
+from mptutor.torch._fp4 import FP4Linear, hadamard_transform, nvfp4_fake_quantize, to_fp4
 from mptutor.torch._fp8 import FP8Linear, to_fp8
 from mptutor.torch._headroom import headroom, stochastic_round
 from mptutor.torch._master_weights import (
@@ -51,6 +52,10 @@ __all__ = [
     "stochastic_round",
     "FP8Linear",
     "to_fp8",
+    "FP4Linear",
+    "to_fp4",
+    "nvfp4_fake_quantize",
+    "hadamard_transform",
     "import_torchao",
     "Decoder",
     "MarkovChain",
