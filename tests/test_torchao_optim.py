@@ -10,6 +10,15 @@ numbers differ, so the tests compare distributions, with bounds of five standard
 torchao compiles its step with ``torch.compile``; the tests run the same step function eagerly
 (``torch.compiler.set_stance("force_eager")``), which takes a fraction of a second where the
 first compiled step takes most of a minute on a CPU.
+
+torchao's ``AdamW8bit`` and ``AdamW4bit`` keep each of Adam's moments block-quantized
+(``torchao/optim/subclass_8bit.py``, ``subclass_4bit.py``): one FP32 scale per block (the block's
+largest magnitude) and one 8-bit or 4-bit code per value, an index into a lookup table of
+``2**bits`` values in [-1, 1] (first moment) or [0, 1] (second moment), held by each state
+tensor. Only tensors of at least 4096 values whose size is a multiple of the block size are
+quantized; the others keep moments in the weights' dtype (``_new_buffer`` in
+``torchao/optim/adam.py``). pytorch/10 counts the state's bytes from these tensors; the tests
+hold that count against the formula, and each quantized value against its table.
 """
 
 import math
@@ -106,3 +115,96 @@ def test_weight_decay_survives_on_average_with_stochastic_rounding_only():
     share = (stochastic.float() == below).double().mean().item()
     expected = lr * decay / 2**-8  # the fraction of the way from 1 down to its neighbour
     assert abs(share - expected) < 5 * math.sqrt(expected * (1 - expected) / N)
+
+
+def _lowbit(bits: int):
+    """torchao's AdamW with ``bits``-bit state, and its state class."""
+    ao = mpt.import_torchao()
+    if bits == 8:
+        return ao.optim.AdamW8bit, ao.optim.subclass_8bit.OptimState8bit
+    return ao.optim.AdamW4bit, ao.optim.subclass_4bit.OptimState4bit
+
+
+def _stepped(bits: int, shapes: list[tuple[int, ...]]):
+    """A low-bit AdamW after one eager step on FP32 parameters of ``shapes``."""
+    optimizer_class, _ = _lowbit(bits)
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(shape, generator=gen)) for shape in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    optimizer = optimizer_class(params, lr=1e-3)
+    with torch.compiler.set_stance("force_eager"):
+        optimizer.step()
+    return optimizer, params
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_state_bytes_follow_the_formula(bits):
+    _, state_class = _lowbit(bits)
+    # quantized; too small; large enough but not a multiple of the block; a 1-d one quantized
+    shapes = [(64, 256), (64,), (4097,), (8192,)]
+    optimizer, params = _stepped(bits, shapes)
+    block = optimizer.block_size
+    assert block == {8: 256, 4: 128}[bits]  # the defaults the lesson reads from the object
+    counted = formula = 0
+    for p in params:
+        n = p.numel()
+        quantized = n >= 4096 and n % block == 0
+        for key in ("exp_avg", "exp_avg_sq"):
+            t = optimizer.state[p][key]
+            assert isinstance(t, state_class) == quantized, (p.shape, key)
+            if quantized:
+                assert t.codes.dtype == torch.uint8 and t.scale.dtype == torch.float32
+                assert t.block_size == block and t.qmap.numel() == 2**bits
+                counted += sum(x.numel() * x.element_size() for x in (t.codes, t.scale, t.qmap))
+                formula += n * bits // 8 + 4 * (n // block) + 4 * 2**bits
+            else:
+                assert t.dtype == p.dtype  # kept as the weights are: FP32 here
+                counted += t.numel() * t.element_size()
+                formula += 4 * n
+        step = optimizer.state[p]["step"]
+        counted += step.numel() * step.element_size()
+        formula += 4  # one FP32 step counter per tensor
+    assert counted == formula
+
+
+def _nearest(values: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Each value's distance to the nearest entry of ``table`` (both already scaled)."""
+    return (values.unsqueeze(-1) - table).abs().amin(-1)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("signed", [True, False])
+def test_quantized_state_is_the_nearest_table_value_of_its_block(bits, signed):
+    _, state_class = _lowbit(bits)
+    gen = torch.Generator().manual_seed(1)
+    n_blocks, block = 64, {8: 256, 4: 128}[bits]
+    # values over eight decades within a block, blocks of very different sizes, some zeros
+    x = torch.randn(n_blocks, block, generator=gen) * 10.0 ** torch.randint(
+        -8, 1, (n_blocks, block), generator=gen)
+    x = x * 10.0 ** torch.randint(-6, 4, (n_blocks, 1), generator=gen)
+    x[:, :3] = 0
+    if not signed:
+        x = x.abs()  # the second moment is never negative
+    x = x.flatten()
+    state = state_class.zeros(x.shape, signed, block)
+    state.copy_(x)  # what the optimizer's step does with the updated FP32 moment
+    back = state.dequantize().flatten()
+    scale = x.view(n_blocks, block).abs().amax(-1)
+    assert torch.equal(state.scale, scale)  # one scale per block: its largest magnitude
+    table = state.qmap
+    per_value_scale = scale.repeat_interleave(block)
+    error = (back - x).abs()
+    nearest = _nearest(x, table.unsqueeze(0) * per_value_scale.unsqueeze(-1))
+    # the nearest table value, up to FP32 rounding of x / scale and of table * scale
+    assert (error <= nearest + 1e-6 * per_value_scale).all()
+    # so the error relative to the block's largest magnitude is at most the largest distance
+    # from a point of the normalised range to the table, computed from the table itself
+    lo = -1.0 if signed else 0.0
+    worst = max((table.diff().max() / 2).item(), table[0].item() - lo, 1 - table[-1].item())
+    assert (error <= (worst + 1e-6) * per_value_scale).all()
+    if bits == 4 and not signed:  # the 4-bit second moment: sixteen equal steps, no zero
+        assert torch.equal(table, torch.arange(1, 17) / 16)
+        assert (back[x == 0] > 0).all()  # a zero is stored as one step of its block, never 0
+    else:  # the dynamic maps hold 0, and values far below the block's largest become 0
+        assert (table == 0).any() and (back[x == 0] == 0).all()
