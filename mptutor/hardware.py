@@ -412,7 +412,7 @@ def onednn_isa_cap() -> str:
     would, which is how a lesson rehearses a CPU without BF16 instructions. Upper case.
     """
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
-    return cap.strip().upper() or "ALL"
+    return cap.upper()  # as oneDNN reads it: " AVX2" names no level, so caps nothing
 
 
 def cpu_native(fmt: str) -> tuple[str, ...]:
@@ -420,15 +420,17 @@ def cpu_native(fmt: str) -> tuple[str, ...]:
 
     An instruction counts where the CPU has it (``report().cpu_features``) and the cap of
     :func:`onednn_isa_cap` allows it (``ALL``, ``DEFAULT`` or a name newer than oneDNN's table
-    set no cap). Empty where products in ``fmt`` are emulated: the library converts the values
-    and multiplies in FP32, or falls back to generic code, several times slower than FP32.
+    set no cap). Empty where products in ``fmt`` are emulated: oneDNN converts the values and
+    multiplies in FP32, or PyTorch runs its own generic code instead, slower than FP32 products
+    (from a few times to a hundred times, by format and CPU).
 
     Parameters
     ----------
     fmt : {"bf16", "fp16"}
         ``bf16``: AVX512-BF16 or AMX-BF16; ``fp16``: AVX512-FP16 or AMX-FP16. (Whether PyTorch's
-        CPU ``_scaled_mm`` takes oneDNN for FP8 is decided by the CPU's flags alone, AMX-INT8 or
-        AMX-FP16 in ``report().cpu_features``, not by this cap.)
+        CPU ``_scaled_mm`` takes oneDNN for FP8 is decided by the CPU's AMX-INT8 or AMX-FP16
+        flags, as ``report().cpu_features`` has them, and ``torch.backends.mkldnn``, not by
+        this cap.)
 
     Returns
     -------

@@ -201,6 +201,10 @@ def test_onednn_isa_cap_reads_both_names(monkeypatch):
     assert hardware.onednn_isa_cap() == "AVX2"
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     assert hardware.onednn_isa_cap() == "AVX512_CORE"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", " avx2")  # oneDNN knows no such level: no cap
+    _with_flags(monkeypatch, "avx512_bf16")
+    assert hardware.cpu_native("bf16") == ("avx512_bf16",)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     _with_flags(monkeypatch, "avx512_bf16")
     assert hardware.cpu_native("bf16") == ()
 
