@@ -57,7 +57,8 @@ def _check_blocks(t: torch.Tensor, block_shape: tuple[int, int]) -> None:
 
 
 def _round_fp4(
-    s: torch.Tensor, generator: Any, stochastic: bool, work: torch.Tensor
+    s: torch.Tensor, generator: Any, stochastic: bool, work: torch.Tensor,
+    signed_zero: bool = True,
 ) -> torch.Tensor:  # fmt: skip
     """Round float32 values to FP4 E2M1 (+-6 saturating), in place: to nearest even or at random.
 
@@ -70,7 +71,8 @@ def _round_fp4(
     carries the value's sign, so the rounding is symmetric). At random:
     ``floor(|s| / step + u) * step`` with ``u`` uniform in [0, 1) rounds up with
     probability the remainder (to within float32's rounding of the sum). A zero result
-    keeps the value's sign (``-0.0``, as FP4 has it).
+    keeps the value's sign (``-0.0``, as FP4 has it) unless ``signed_zero`` is False (to
+    nearest, it is then ``+0.0``: the same in any sum).
     """
     s.clamp_(-_FP4_MAX, _FP4_MAX)
     # 2**floor(log2 |s|): the exponent bits alone; then 1, 2 or 4, twice the spacing
@@ -82,12 +84,12 @@ def _round_fp4(
         return s.div_(step).add_(draw).floor_().mul_(step)
     magic = torch.copysign(binade.mul_(2.0**22), s, out=binade)  # 2**23 x step, signed
     s.add_(magic).sub_(magic)
-    return torch.copysign(s, magic, out=s)
+    return torch.copysign(s, magic, out=s) if signed_zero else s
 
 
 def _nvfp4(
     t: torch.Tensor, block_shape: tuple[int, int] = (1, 16), stochastic: bool = False,
-    generator: torch.Generator | None = None, dim: int = -1,
+    generator: torch.Generator | None = None, dim: int = -1, signed_zero: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Quantize float32 ``t`` (checked) to NVFP4: (element x block scale, tensor scale).
 
@@ -95,8 +97,10 @@ def _nvfp4(
     along the one before it (a transposed matrix's rows, without transposing it). The first
     result is float32 of ``t``'s shape (each an FP4 value times an E4M3 value: exact), the
     second a 0-dim float32 tensor; their product is what :func:`mptutor.fp8.nvfp4_dequantize`
-    returns (bit for bit; NaN where it has NaN). No host sync, and as few operations as the
-    arithmetic allows: on the small tensors of a CPU lesson each costs more than its work.
+    returns (bit for bit; NaN where it has NaN; with ``signed_zero=False``, as the layers
+    call it, up to the sign of zeros, which no product or sum tells apart). No host sync, and
+    as few operations as the arithmetic allows: on the small tensors of a CPU lesson each
+    costs more than its work.
     """
     t, shape = t.contiguous(), t.shape
     *_, r, c = (1, *shape) if len(shape) == 1 else shape
@@ -122,9 +126,10 @@ def _nvfp4(
     # A block scale of 0 (flushed): NumPy's elements are +0; here the quotient by inf is
     # +-0, and adding +0 (-0 elsewhere, which changes nothing) drops the sign at the end.
     flushed = decode == 0
-    zero = torch.where(flushed, 0.0, -0.0)
     scaled = v / decode.masked_fill_(flushed, torch.inf)
-    q = _round_fp4(scaled, generator, stochastic, work=size).mul_(block).add_(zero)
+    q = _round_fp4(scaled, generator, stochastic, size, signed_zero).mul_(block)
+    if signed_zero:
+        q.add_(torch.where(flushed, 0.0, -0.0))
     return q.view(shape), scale
 
 
@@ -265,8 +270,9 @@ class _FP4Matmul(torch.autograd.Function):
         out_dtype = torch.get_autocast_dtype(kind) if autocast else x.dtype
         with torch.autocast(kind, enabled=False):
             xf, wf = x.float(), w.float()
-            qx, sx = _nvfp4(xf)  # along in_features
-            qw, sw = _nvfp4(wf, (16, 16) if layer.weight_blocks == "16x16" else (1, 16))
+            qx, sx = _nvfp4(xf, signed_zero=False)  # along in_features
+            blocks = (16, 16) if layer.weight_blocks == "16x16" else (1, 16)
+            qw, sw = _nvfp4(wf, blocks, signed_zero=False)
             out = (qx @ qw.t()).mul_(sx).mul_(sw)
         if layer.weight_blocks == "16x16":  # the same quantized weight goes into dx
             ctx.save_for_backward(xf, qw, sw)
@@ -285,19 +291,19 @@ class _FP4Matmul(torch.autograd.Function):
         with torch.autocast(g.device.type, enabled=False):
             grad_x = None
             if ctx.needs_input_grad[0]:  # dx = Q(dy) @ Q(W), both along out_features
-                qg, sg = _nvfp4(g, (1, 16), stochastic, gen)
+                qg, sg = _nvfp4(g, (1, 16), stochastic, gen, signed_zero=False)
                 if layer.weight_blocks == "16x16":
                     qw = w_saved
                 else:  # W's columns: blocks along its first axis
-                    qw, sw = _nvfp4(w_saved, dim=-2)
+                    qw, sw = _nvfp4(w_saved, dim=-2, signed_zero=False)
                 grad_x = (qg @ qw).mul_(sg).mul_(sw).to(ctx.x_dtype)
             grad_w = None
             if ctx.needs_input_grad[1]:  # dW = Q(H dy)^T @ Q(H x), along the tokens
                 gt, xt = _pad_tokens(g), _pad_tokens(xf)
                 if layer.hadamard:
                     gt, xt = _hadamard_tokens(gt, layer.seed), _hadamard_tokens(xt, layer.seed)
-                qgt, sgt = _nvfp4(gt, (1, 16), stochastic, gen, dim=-2)
-                qxt, sxt = _nvfp4(xt, dim=-2)
+                qgt, sgt = _nvfp4(gt, (1, 16), stochastic, gen, -2, signed_zero=False)
+                qxt, sxt = _nvfp4(xt, dim=-2, signed_zero=False)
                 grad_w = (qgt.t() @ qxt).mul_(sgt).mul_(sxt).to(ctx.w_dtype)
         return grad_x, grad_w, None
 
