@@ -68,9 +68,12 @@ def _round_fp4(
     1 below 4 and 2 up to 6: half the power of two of ``|s|``, kept within 1 to 4. To
     nearest: adding and subtracting ``M = step * 2**23`` (whose float32 spacing is
     ``step``) rounds to a multiple of ``step``, half to even, as the FP4 cast does (``M``
-    carries the value's sign, so the rounding is symmetric). At random:
-    ``floor(|s| / step + u) * step`` with ``u`` uniform in [0, 1) rounds up with
-    probability the remainder (to within float32's rounding of the sum). A zero result
+    carries the value's sign, so the rounding is symmetric). At random: with ``n + f =
+    |s| / step`` (``n`` whole, ``0 <= f < 1``) and ``u`` uniform in [0, 1) (float32; on a
+    CPU a multiple of ``2**-24``), ``(n + floor(f + u)) * step`` rounds up with probability ``f``:
+    ``f + u`` is exact wherever ``f`` is a multiple of ``2**-24`` (every ``|s| >= step``),
+    so a value FP4 holds (``f = 0``) never moves, and elsewhere the chance is within
+    ``2**-24`` of ``f``. A zero result
     keeps the value's sign (``-0.0``, as FP4 has it) unless ``signed_zero`` is False (to
     nearest, it is then ``+0.0``: the same in any sum).
     """
@@ -80,8 +83,9 @@ def _round_fp4(
     binade = binade.view(torch.float32).clamp_(1.0, 4.0)
     if stochastic:
         step = torch.copysign(binade.mul_(0.5), s, out=binade)
-        draw = torch.rand(s.shape, generator=generator, device=s.device)
-        return s.div_(step).add_(draw).floor_().mul_(step)
+        units = s.div_(step)  # |s| / step, >= 0
+        up = torch.frac(units).add_(torch.rand(s.shape, generator=generator, device=s.device))
+        return units.floor_().add_(up.floor_()).mul_(step)
     magic = torch.copysign(binade.mul_(2.0**22), s, out=binade)  # 2**23 x step, signed
     s.add_(magic).sub_(magic)
     return torch.copysign(s, magic, out=s) if signed_zero else s
@@ -155,7 +159,8 @@ def nvfp4_fake_quantize(
     rounding : {"nearest", "stochastic"}, optional
         How the FP4 elements are rounded (the block scales always to nearest): to nearest
         even, or up with probability the distance to the lower neighbour over the spacing
-        (a float32 uniform draw per element: unbiased to within ``2**-24`` of a spacing).
+        (a float32 uniform draw per element: exact for values of at least one FP4 spacing,
+        within ``2**-24`` below; a value FP4 holds never moves).
     generator : torch.Generator, optional
         Source of the random draws, on ``t``'s device; PyTorch's global one by default.
     dim : {-1, -2}, optional
