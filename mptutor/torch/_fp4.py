@@ -56,6 +56,25 @@ def _check_blocks(t: torch.Tensor, block_shape: tuple[int, int]) -> None:
         )
 
 
+_CONSTANTS: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+
+def _constants(device: torch.device) -> dict[str, torch.Tensor]:
+    """Return 0-dim tensors of the constants on ``device``, made once.
+
+    An in-place operation given a Python number converts it to a tensor at every call.
+    """
+    if device not in _CONSTANTS:
+        f32 = {"device": device, "dtype": torch.float32}
+        _CONSTANTS[device] = {
+            "exponent": torch.tensor(0x7F800000, dtype=torch.int32, device=device),
+            "half": torch.tensor(0.5, **f32),
+            "2**22": torch.tensor(2.0**22, **f32),
+            "tiny": torch.tensor(_TINY, **f32),
+        }
+    return _CONSTANTS[device]
+
+
 def _round_fp4(
     s: torch.Tensor, generator: Any, stochastic: bool, work: torch.Tensor,
     signed_zero: bool = True,
@@ -77,16 +96,17 @@ def _round_fp4(
     keeps the value's sign (``-0.0``, as FP4 has it) unless ``signed_zero`` is False (to
     nearest, it is then ``+0.0``: the same in any sum).
     """
+    c = _constants(s.device)
     s.clamp_(-_FP4_MAX, _FP4_MAX)
     # 2**floor(log2 |s|): the exponent bits alone; then 1, 2 or 4, twice the spacing
-    binade = torch.bitwise_and(s.view(torch.int32), 0x7F800000, out=work.view(torch.int32))
+    binade = torch.bitwise_and(s.view(torch.int32), c["exponent"], out=work.view(torch.int32))
     binade = binade.view(torch.float32).clamp_(1.0, 4.0)
     if stochastic:
-        step = torch.copysign(binade.mul_(0.5), s, out=binade)
+        step = torch.copysign(binade.mul_(c["half"]), s, out=binade)
         units = s.div_(step)  # |s| / step, >= 0
         up = torch.frac(units).add_(torch.rand(s.shape, generator=generator, device=s.device))
         return units.floor_().add_(up.floor_()).mul_(step)
-    magic = torch.copysign(binade.mul_(2.0**22), s, out=binade)  # 2**23 x step, signed
+    magic = torch.copysign(binade.mul_(c["2**22"]), s, out=binade)  # 2**23 x step, signed
     s.add_(magic).sub_(magic)
     return torch.copysign(s, magic, out=s) if signed_zero else s
 
@@ -122,9 +142,9 @@ def _nvfp4(
         block_amax = size.amax(2, keepdim=True)  # NaN where a NaN is in the block
     amax = torch.nan_to_num_(size, nan=0.0, posinf=0.0).amax()  # over the finite values
     # NumPy's tensor scale, but for a tensor of zeros (1 there, _TINY here: the same zeros)
-    scale = (amax / _TENSOR_MAX).clamp_min_(_TINY)
+    scale = torch.maximum(amax / _TENSOR_MAX, _constants(t.device)["tiny"])
     wanted = block_amax / _FP4_MAX / scale  # the same float32 steps as NumPy's
-    wanted.add_(block_amax.mul_(0.0))  # NaN where the block holds an inf or a NaN
+    wanted.add_(block_amax - block_amax)  # NaN where the block holds an inf or a NaN
     block = wanted.clamp_(max=_E4M3_MAX).to(torch.float8_e4m3fn).float()
     decode = block * scale
     # A block scale of 0 (flushed): NumPy's elements are +0; here the quotient by inf is
