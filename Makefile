@@ -96,7 +96,26 @@ $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
 	$(MXNET_PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
-test: test-unit test-notebooks
+# `make test` keeps both cores of a 2-core machine busy: the MXNet environment's lane (its unit
+# tests, then strict nbval of the Gluon track) runs beside the main environment's unit tests,
+# whose report comes first; then the PyTorch and Keras notebooks run, alone. Every part runs even
+# if another failed; the exit status is non-zero if any did. Budgets are wall-clock seconds, so
+# no two notebooks run at once (the Gluon notebooks share the machine with unit tests only).
+MXNET_LANE_LOG := build/test-mxnet-environment.log
+test: venvs
+	@mkdir -p build; \
+	{ MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest -p no:cacheprovider \
+	      --durations=10 tests; unit=$$?; \
+	  $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS); nb=$$?; \
+	  test $$unit -eq 0 && test $$nb -eq 0; } >$(MXNET_LANE_LOG) 2>&1 & mxnet=$$!; \
+	MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest -p no:cacheprovider \
+	    --durations=10 tests; main_rc=$$?; \
+	wait $$mxnet; mxnet_rc=$$?; \
+	echo "== $(MXNET_VENV): unit tests, then strict nbval of $(MXNET_NOTEBOOKS), run beside the unit tests above (exit $$mxnet_rc) =="; \
+	cat $(MXNET_LANE_LOG); \
+	echo "== $(MAIN_VENV): strict nbval of $(MAIN_NOTEBOOKS) =="; \
+	$(MAIN_PY) -m pytest $(NBVAL) $(MAIN_NOTEBOOKS); nb_rc=$$?; \
+	test $$main_rc -eq 0 && test $$mxnet_rc -eq 0 && test $$nb_rc -eq 0
 
 # The unit tests print their ten slowest; strict nbval prints the seconds of every notebook.
 # The MXNet environment's unit tests run beside the main ones, one process each on the two cores
