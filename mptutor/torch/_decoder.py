@@ -92,10 +92,11 @@ class MarkovChain:
 def next_token_loss(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy, in FP32, of the model's predictions for ``x[:, 2:]``.
 
-    The model reads ``x[:, :-1]``; its logits at position ``t`` predict ``x[:, t + 1]``. The
-    loss is scored from position 1 on (the first token has no full context in an order-2 chain),
-    so it is comparable with :meth:`MarkovChain.floor_loss`. The logits are converted to FP32
-    first, whatever their dtype: the log-softmax and its backward run in FP32.
+    The model reads ``x[:, :-1]``; its logits at position ``t`` predict ``x[:, t + 1]``. Only
+    the tokens ``x[:, 2:]`` are scored, each predicted from the two tokens before it and all
+    earlier ones (the logits at positions 1 on): the first two tokens have no full context in an
+    order-2 chain. So the loss is comparable with :meth:`MarkovChain.floor_loss`. The logits are
+    converted to FP32 first, whatever their dtype: the log-softmax and its backward run in FP32.
     """
     check_type(logits, "logits", torch.Tensor, "a torch.Tensor")
     check_type(x, "x", torch.Tensor, "a torch.Tensor")
