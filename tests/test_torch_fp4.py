@@ -49,8 +49,8 @@ def _tensors(seed, count):
             x[:, :16] = 0
         elif kind == 2:
             x[:, 16:] *= np.float32(2.0**-20)  # blocks whose E4M3 scale is subnormal or 0
-        elif kind == 3:
-            x *= np.float32(1e-38)  # the tensor scale at its floor
+        elif kind == 3:  # subnormal and tiny tensors: the tensor scale at or near its floor
+            x = (rng.standard_normal(shape) * np.exp2(rng.uniform(-149, -100))).astype(np.float32)
         elif kind == 4:
             x[rng.integers(0, shape[0]), rng.integers(0, shape[1])] = np.nan
         elif kind == 5:

@@ -87,14 +87,14 @@ def _round_fp4(
     1 below 4 and 2 up to 6: half the power of two of ``|s|``, kept within 1 to 4. To
     nearest: adding and subtracting ``M = step * 2**23`` (whose float32 spacing is
     ``step``) rounds to a multiple of ``step``, half to even, as the FP4 cast does (``M``
-    carries the value's sign, so the rounding is symmetric). At random: with ``n + f =
-    |s| / step`` (``n`` whole, ``0 <= f < 1``) and ``u`` uniform in [0, 1) (float32; on a
-    CPU a multiple of ``2**-24``), ``(n + floor(f + u)) * step`` rounds up with probability ``f``:
-    ``f + u`` is exact wherever ``f`` is a multiple of ``2**-24`` (every ``|s| >= step``),
-    so a value FP4 holds (``f = 0``) never moves, and elsewhere the chance is within
-    ``2**-24`` of ``f``. A zero result
-    keeps the value's sign (``-0.0``, as FP4 has it) unless ``signed_zero`` is False (to
-    nearest, it is then ``+0.0``: the same in any sum).
+    carries the value's sign, so the rounding is symmetric). At random: with
+    ``n + f = |s| / step`` (``n`` whole, ``0 <= f < 1``) and ``u`` uniform in [0, 1)
+    (float32; on a CPU a multiple of ``2**-24``), ``(n + floor(f + u)) * step`` rounds up
+    with probability ``f``: ``f + u`` is exact wherever ``f`` is a multiple of ``2**-24``
+    (every ``|s| >= step``), so a value FP4 holds (``f = 0``) never moves, and elsewhere the
+    chance is within ``2**-24`` of ``f``. A zero result keeps the value's sign (``-0.0``, as
+    FP4 has it) unless ``signed_zero`` is False (to nearest, it is then ``+0.0``: the same
+    in any sum).
     """
     c = _constants(s.device)
     s.clamp_(-_FP4_MAX, _FP4_MAX)
