@@ -17,6 +17,7 @@ from torch import nn
 from mptutor import fp8, hadamard
 from mptutor._checks import _short, check_scalar, check_type
 from mptutor.torch._fp8 import FP8Linear
+from mptutor.torch._swap import swap_linears
 
 __all__ = ["nvfp4_fake_quantize", "hadamard_transform", "FP4Linear", "to_fp4"]
 
@@ -469,36 +470,15 @@ def to_fp4(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
         refused. Every new layer is built before the first is put in: on any error the model
         is unchanged.
     """
-    check_type(model, "model", nn.Module, "a torch.nn.Module")
-    if type(model) is nn.Linear:
-        raise ValueError(
-            "model is itself a torch.nn.Linear, which to_fp4 cannot replace in place: build "
-            "FP4Linear(in_features, out_features, ...) and copy the weights, or pass a model "
-            "that holds the layer (e.g. torch.nn.Sequential(layer))"
-        )
-    if isinstance(skip, (str, bytes)) or not isinstance(skip, Collection):
-        raise TypeError(
-            f"skip must be a collection of layer names, e.g. {{'head'}}, got {_short(skip)}"
-        )
-    linear = {n for n, m in model.named_modules() if type(m) is nn.Linear}
-    if set(skip) - linear:
-        wrong = sorted(map(str, set(skip) - linear))
-        raise ValueError(f"skip names no linear layer of the model: {wrong}")
     seed = check_scalar(options.pop("seed", 0), "seed", int, min_val=0, max_val=2**62)
-    swaps = []
-    for k, name in enumerate(sorted(linear - set(skip))):
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        old = getattr(parent, child)
+
+    def build(name: str, k: int, old: nn.Linear) -> FP4Linear:
         try:
-            new = FP4Linear(
+            return FP4Linear(
                 old.in_features, old.out_features, old.bias is not None, seed=seed + k,
                 device=old.weight.device, dtype=old.weight.dtype, **options,
             )  # fmt: skip
         except ValueError as error:
             raise ValueError(f"layer {name!r}: {error}") from None
-        new.weight, new.bias = old.weight, old.bias
-        swaps.append((parent, child, new))
-    for parent, child, new in swaps:  # all built: now put them in
-        setattr(parent, child, new)
-    return model
+
+    return swap_linears(model, skip, build, "to_fp4", "FP4Linear")

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mptutor._checks import _short, check_scalar, check_type
+from mptutor._checks import check_scalar, check_type
+from mptutor.torch._swap import swap_linears
 
 __all__ = ["FP8Linear", "to_fp8"]
 
@@ -237,32 +238,11 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
         in), ``skip`` names no linear layer of the model, or an option is refused. Every new
         layer is built before the first is put in: on any error the model is unchanged.
     """
-    check_type(model, "model", nn.Module, "a torch.nn.Module")
-    if type(model) is nn.Linear:
-        raise ValueError(
-            "model is itself a torch.nn.Linear, which to_fp8 cannot replace in place: build "
-            "FP8Linear(in_features, out_features, ...) and copy the weights, or pass a model "
-            "that holds the layer (e.g. torch.nn.Sequential(layer))"
-        )
-    if isinstance(skip, (str, bytes)) or not isinstance(skip, Collection):
-        raise TypeError(
-            f"skip must be a collection of layer names, e.g. {{'head'}}, got {_short(skip)}"
-        )
-    linear = {n for n, m in model.named_modules() if type(m) is nn.Linear}
-    if set(skip) - linear:
-        wrong = sorted(map(str, set(skip) - linear))
-        raise ValueError(f"skip names no linear layer of the model: {wrong}")
-    swaps = []
-    for name in sorted(linear - set(skip)):
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        old = getattr(parent, child)
-        new = FP8Linear(
+
+    def build(name: str, k: int, old: nn.Linear) -> FP8Linear:
+        return FP8Linear(
             old.in_features, old.out_features, old.bias is not None, device=old.weight.device,
             dtype=old.weight.dtype, **options,
         )  # fmt: skip
-        new.weight, new.bias = old.weight, old.bias
-        swaps.append((parent, child, new))
-    for parent, child, new in swaps:  # all built: now put them in
-        setattr(parent, child, new)
-    return model
+
+    return swap_linears(model, skip, build, "to_fp8", "FP8Linear")
