@@ -51,6 +51,7 @@ API_MODULES = [
     "scaling",
     "gradients",
     "fp8",
+    "hadamard",
     "hardware",
     "plots",
     "table",
