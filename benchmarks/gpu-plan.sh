@@ -77,7 +77,7 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 #   fp8       85  2 widths x 4 variants x (3 warm-up + 25) steps: width 4096 x 2 blocks x 8192
 #                 tokens is ~20 TFLOP a step, ~35 ms in BF16, so eager runs take seconds; the
 #                 compiled ones pay torch.compile per model and are the ones the budget cuts
-#   tests     50  the 21 `gpu`-marked unit tests (tiny sizes) in 10 files, and their collection
+#   tests     50  the 21 `gpu`-marked unit tests (tiny sizes) in 11 files, and their collection
 #   summary   15  targets.py --summary over the records
 # The fixed costs, from a CPU rehearsal at --smoke sizes on a 2-core machine (GPU_PLAN_REHEARSE=1,
 # nothing to install): machine 19 s, gemm 20 s, resnet50 29 s, scaler 25 s, fp8 31 s (torchao's
