@@ -22,6 +22,12 @@ does the same for strict nbval: ``pytest -p mptutor.notebooks --notebook-budgets
 prints the seconds of each notebook (the sum of its cells' setup, call and teardown, the kernel's
 start included) and, enforced, fails the session when one is over budget.
 
+Kernels get the environment ``make`` gives them: :data:`KERNEL_ENVIRONMENT` (TensorFlow's own
+kernels rather than its oneDNN ones, whose results depend on the CPU's instruction set and which
+the Keras notebooks' compared outputs assume off; TensorFlow's C++ start-up log quiet) is set for
+every variable the caller has not set, by the command line and by the pytest plugin alike, so that
+``python -m mptutor.notebooks`` and ``pytest --nbval`` run the notebooks as ``make`` does.
+
 The budgets are not scaled by the machine: faster machines only have more room under them,
 so a check there can still fail (a notebook that grew by several times) but never fails
 because the machine is fast or slow in a way the budget did not foresee.
@@ -281,6 +287,16 @@ def _previous_runs(path: Path) -> list[dict]:
         return []
 
 
+#: What every notebook kernel gets unless the caller set it (the Makefile exports the same).
+KERNEL_ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def _kernel_environment() -> None:
+    """Set :data:`KERNEL_ENVIRONMENT`'s variables that this process has not set (kernels inherit)."""
+    for name, value in KERNEL_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line.
 
@@ -316,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout < 1:
         parser.error(f"--timeout must be a whole number of seconds >= 1, got {args.timeout}")
     out = None if args.in_place else Path(args.out)
+    _kernel_environment()
     try:
         enforced = budgets_enforced()
         budgets = None if args.budgets is None else load_budgets(args.budgets)
@@ -354,6 +371,7 @@ def pytest_configure(config: Any) -> None:
         enforced = budgets_enforced()
     except (OSError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    _kernel_environment()  # before nbval starts any kernel
     config.pluginmanager.register(_NotebookTimes(path, budgets, enforced), "mptutor-notebook-times")
 
 

@@ -292,3 +292,17 @@ def test_the_command_line_runs_as_a_module(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "x.ipynb ... pass in" in done.stdout
     assert (tmp_path / "out" / tmp_path.name / "x.html").exists()
+
+
+def test_kernels_get_the_makefile_environment_unless_the_caller_set_it(tmp_path, monkeypatch):
+    _notebook(
+        tmp_path / "01-env.ipynb",
+        "import os\nprint(os.environ.get('TF_ENABLE_ONEDNN_OPTS'), "
+        "os.environ.get('TF_CPP_MIN_LOG_LEVEL'))",
+    )
+    out = tmp_path / "build"
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")  # the caller's choice is kept
+    assert notebooks.main([str(tmp_path / "01-env.ipynb"), "--out", str(out), "--no-html"]) == 0
+    executed = nbformat.read(out / tmp_path.name / "01-env.ipynb", as_version=4)
+    assert executed.cells[0].outputs[0]["text"] == "0 1\n"
