@@ -292,7 +292,7 @@ KERNEL_ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def _kernel_environment() -> None:
-    """Set :data:`KERNEL_ENVIRONMENT`'s variables that this process has not set (kernels inherit)."""
+    """Set what :data:`KERNEL_ENVIRONMENT` names and this process has not (kernels inherit it)."""
     for name, value in KERNEL_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
 
