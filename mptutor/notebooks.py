@@ -8,10 +8,10 @@ Command line (what ``make run`` and ``make notebooks`` call)::
 
 Executed copies keep the name of their notebook's folder (``build/pytorch/...``), so several
 tracks, run by several environments, land side by side; ``--append`` adds this run to the
-``summary.json``/``summary.txt`` already there. A notebook that fails (a cell, a cell over
-``--timeout``, a kernel that dies or is not installed, a file that is no notebook) is recorded
-with its reason, the others still run, and the exit status is 1. ``--in-place`` never replaces
-a notebook with a half-run copy.
+``summary.json``/``summary.txt`` already there (runners that append side by side take turns). A
+notebook that fails (a cell, a cell over ``--timeout``, a kernel that dies or is not installed, a
+file that is no notebook) is recorded with its reason, the others still run, and the exit status
+is 1. ``--in-place`` never replaces a notebook with a half-run copy.
 
 Time budgets: ``--budgets notebooks/budgets.json`` names the seconds each notebook may take on
 the slowest CI machine (a 2-core CPU with AVX2 only); the summary prints each notebook's time
@@ -258,13 +258,24 @@ def _run_all(
         results.append(result)
     print(f"\n{_table(results)}")
     if out is not None:
-        run = {
-            "python": sys.executable,
-            "hardware": hardware.report().as_dict(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "notebooks": [asdict(r) for r in results],
-        }
+        _write_summary(out, results, append)
+        print(f"\nExecuted notebooks, HTML and summary are in {out}/")
+    return results
+
+
+def _write_summary(out: Path, results: list[_Result], append: bool) -> None:
+    """Write (or add this run to) ``out``'s summary; runners appending side by side take turns."""
+    import fcntl
+
+    run = {
+        "python": sys.executable,
+        "hardware": hardware.report().as_dict(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "notebooks": [asdict(r) for r in results],
+    }
+    with open(out / ".summary.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         runs = _previous_runs(out / "summary.json") if append else []
         for earlier in runs:  # a later run of a notebook replaces its earlier line
             names = {r.notebook for r in results}
@@ -274,8 +285,6 @@ def _run_all(
         record = {"runs": runs, "notebooks": [asdict(r) for r in every]}
         write_text(out / "summary.json", json.dumps(record, indent=2) + "\n")
         write_text(out / "summary.txt", f"{_table(every)!r}\n")
-        print(f"\nExecuted notebooks, HTML and summary are in {out}/")
-    return results
 
 
 def _previous_runs(path: Path) -> list[dict]:

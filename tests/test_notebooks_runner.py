@@ -68,6 +68,33 @@ def test_append_adds_a_second_environment_to_the_summary(tmp_path):
     assert [n["notebook"] for n in summary["notebooks"]] == ["gluon/01-x.ipynb"]
 
 
+def _append_results(out, lane, count):
+    for i in range(count):
+        result = notebooks._Result(f"lane{lane}/{i:02d}.ipynb", True, 1.0, "cpu")
+        notebooks._write_summary(out, [result], append=True)
+
+
+def test_runners_appending_side_by_side_keep_every_run(tmp_path):
+    # `make run` starts a runner per environment at once, each with --append: no run may be lost
+    import multiprocessing
+
+    from mptutor import hardware
+
+    hardware.report()  # measured once, before the lanes fork
+    context = multiprocessing.get_context("fork")
+    lanes = [context.Process(target=_append_results, args=(tmp_path, n, 40)) for n in range(3)]
+    for lane in lanes:
+        lane.start()
+    for lane in lanes:
+        lane.join(timeout=120)
+        assert lane.exitcode == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(summary["runs"]) == 120
+    assert sorted(n["notebook"] for n in summary["notebooks"]) == [
+        f"lane{lane}/{i:02d}.ipynb" for lane in range(3) for i in range(40)
+    ]
+
+
 def test_append_with_in_place_is_refused(tmp_path, capsys):
     nb = _notebook(tmp_path / "x.ipynb", "1")
     with pytest.raises(SystemExit):
