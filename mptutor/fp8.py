@@ -320,11 +320,16 @@ def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
     """
     block = check_scalar(block, "block", int, min_val=1)
     v = _blocks(elements, block, "elements")
+    return _times_scales(v, scales, "scales").reshape(np.shape(elements))
+
+
+def _times_scales(v: np.ndarray, scales: Any, name: str) -> np.ndarray:
+    """Return blocks ``v`` times their scales (float32), one scale a block, checked."""
     with np.errstate(over="ignore"):
-        s = _real_array(scales, "scales").astype(np.float32)
+        s = _real_array(scales, name).astype(np.float32)
     if s.shape != v.shape[:-1]:
-        raise ValueError(f"scales must have shape {v.shape[:-1]} (one a block), got {s.shape}")
-    return (v * s[..., None]).reshape(np.shape(elements))
+        raise ValueError(f"{name} must have shape {v.shape[:-1]} (one a block), got {s.shape}")
+    return v * s[..., None]
 
 
 _NVFP4_BLOCKS = ((1, 16), (16, 16))  # NVFP4's blocks: 16 along a row; 16x16 for 2D weights
@@ -358,20 +363,23 @@ def _rng(seed: Any) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def _nvfp4_blocks(x: Any, block_shape: tuple[int, int], name: str = "x") -> np.ndarray:
-    """Return ``x`` in float32 with one block per index of all axes but the last one or two.
+def _check_nvfp4_shape(shape: tuple[int, ...], block_shape: tuple[int, int], name: str) -> None:
+    """Refuse a ``shape`` whose last axis (two axes, for 16x16 blocks) is not a multiple of 16."""
+    two = block_shape == (16, 16)
+    if len(shape) < 1 + two or shape[-1] % 16 or (two and shape[-2] % 16):
+        raise ValueError(
+            f"the {'last two axes' if two else 'last axis'} of {name} (shape {shape}) must be "
+            f"multiples of 16 for block_shape={block_shape}"
+        )
 
-    ``(1, 16)``: shape ``(..., c / 16, 16)``; ``(16, 16)``: ``(..., r / 16, c / 16, 256)``.
-    """
+
+def _nvfp4_blocks(x: Any, block_shape: tuple[int, int], name: str = "x") -> np.ndarray:
+    """Return ``x`` in float32, shape ``(..., c / 16, 16)`` or ``(..., r / 16, c / 16, 256)``."""
     if block_shape == (1, 16):
         return _blocks(x, 16, name)
     with np.errstate(over="ignore"):
         arr = _real_array(x, name).astype(np.float32)
-    if arr.ndim < 2 or arr.shape[-2] % 16 or arr.shape[-1] % 16:
-        raise ValueError(
-            f"the last two axes of {name} (shape {arr.shape}) must be multiples of 16 for "
-            "block_shape=(16, 16)"
-        )
+    _check_nvfp4_shape(arr.shape, block_shape, name)
     *lead, r, c = arr.shape
     v = arr.reshape(*lead, r // 16, 16, c // 16, 16)
     return np.moveaxis(v, -3, -2).reshape(*lead, r // 16, c // 16, 256)
@@ -387,12 +395,8 @@ def _nvfp4_unblock(v: np.ndarray, shape: tuple[int, ...], block_shape: tuple[int
 
 
 def _fp4_stochastic(scaled: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Round float32 values to FP4 (E2M1) at random, unbiased between the two neighbours.
-
-    Values beyond +-6 saturate to +-6. The FP4 grid spacing is 0.5 below 2, 1 below 4 and 2
-    up to 6; a value ``lo + f * step`` (``0 <= f < 1``) becomes ``lo + step`` with
-    probability ``f`` (a float64 uniform draw per value, so exact to ``2**-53``).
-    """
+    """Round float32 values to FP4 at random (+-6 saturating): up with probability ``f``."""
+    # lo + f * step (0 <= f < 1; step 0.5 below 2, 1 below 4, 2 up to 6); float64 draws
     size = np.minimum(np.abs(scaled), np.float32(6.0))
     step = np.where(size < 2, np.float32(0.5), np.where(size < 4, np.float32(1), np.float32(2)))
     low = np.floor(size / step) * step  # exact: step is a power of two
@@ -405,11 +409,10 @@ def nvfp4_quantize(
 ) -> tuple[np.ndarray, np.ndarray, np.float32]:
     """Quantize to NVFP4: FP4 (E2M1) elements, an E4M3 scale per 16 values, one FP32 scale.
 
-    The tensor scale ``amax / (6 * 448)`` (the largest FP4 and E4M3 values) brings the block
-    scales ``block amax / 6 / tensor scale`` into E4M3 (rounded to nearest, saturating); each
-    element is ``x / (block scale * tensor scale)`` rounded to FP4, saturating at +-6. A block
-    holding NaN or inf gets a NaN scale (its elements are 0, so it decodes to NaN); a block
-    whose scale rounds to 0 decodes to 0.
+    The tensor scale ``amax / (6 * 448)`` brings the block scales ``block amax / 6 / tensor
+    scale`` into E4M3 (to nearest, saturating); each element is ``x / (block scale * tensor
+    scale)`` rounded to FP4, saturating at +-6. A block holding NaN or inf gets a NaN scale
+    (and elements 0: it decodes to NaN); a block whose scale rounds to 0 decodes to 0.
 
     Parameters
     ----------
@@ -417,32 +420,27 @@ def nvfp4_quantize(
         Values (taken in float32); the last axis a multiple of 16 (for 16x16 blocks, the last
         two axes).
     block_shape : (1, 16) or (16, 16), optional
-        ``(1, 16)``: blocks of 16 consecutive values along the last axis; ``(16, 16)``: 2D
-        blocks over the last two axes (one scale from each 16x16 block's amax), as the published
-        NVFP4 training recipe quantizes weights, so that a matrix and its transpose share them.
+        Blocks of 16 along the last axis, or 16x16 blocks over the last two axes (as the
+        published recipe quantizes weights, so that a matrix and its transpose share them).
     rounding : {"nearest", "stochastic"}, optional
-        How the FP4 elements are rounded: to nearest even, or at random between the two
-        neighbours, up with probability the distance to the lower one over the spacing, so that
-        ``E[element] = x / scale`` inside +-6 (the block scales are rounded to nearest always,
-        as in the published recipe).
+        FP4 elements to nearest even, or up with probability the distance to the lower
+        neighbour over the spacing (``E[element] = x / scale`` inside +-6); block scales are
+        always rounded to nearest.
     seed : None, int or numpy.random.Generator, optional
-        Source of the random draws of ``"stochastic"`` (ignored for ``"nearest"``): the same
-        seed gives the same elements.
+        Source of the draws of ``"stochastic"``: the same seed gives the same elements.
 
     Returns
     -------
     elements, block_scales, tensor_scale : numpy.ndarray, numpy.ndarray, numpy.float32
-        FP4 elements (the shape of ``x``), the E4M3 block scales (shape ``(..., c / 16)``
-        for ``(1, 16)``, ``(..., r / 16, c / 16)`` for ``(16, 16)``), and
-        ``x ~ element * block_scale * tensor_scale`` (1 for a tensor of zeros; at least
-        ``1 / float32 max``, never 0, as Transformer Engine's, for a tensor of tiny values).
+        FP4 elements (the shape of ``x``), E4M3 block scales (shape ``(..., c / 16)`` or
+        ``(..., r / 16, c / 16)``), and ``x ~ element * block_scale * tensor_scale`` (1 for a
+        tensor of zeros; never below ``1 / float32 max``, as Transformer Engine's).
 
     Raises
     ------
-    ValueError
-        For a ``block_shape`` other than (1, 16) or (16, 16), an unknown ``rounding``, axes
-        that are not multiples of 16; ``TypeError``/``ValueError`` for a ``seed`` that is not
-        None, an int >= 0 or a Generator. All checked before anything is computed.
+    TypeError, ValueError
+        For a bad ``block_shape``, ``rounding`` or ``seed`` (None, an int >= 0 or a
+        Generator), or axes that are not multiples of 16, before anything is computed.
     """
     block_shape = _block_shape(block_shape)
     rounding = _rounding(rounding)
@@ -485,13 +483,6 @@ def nvfp4_dequantize(
     scale = np.float32(
         check_scalar(tensor_scale, "tensor_scale", min_val=0, include_boundaries="neither")
     )
-    if block_shape == (1, 16):
-        return mx_dequantize(elements, block_scales, 16) * scale
     v = _nvfp4_blocks(elements, block_shape, "elements")
-    with np.errstate(over="ignore"):
-        s = _real_array(block_scales, "block_scales").astype(np.float32)
-    if s.shape != v.shape[:-1]:
-        raise ValueError(
-            f"block_scales must have shape {v.shape[:-1]} (one a 16x16 block), got {s.shape}"
-        )
-    return _nvfp4_unblock(v * s[..., None], np.shape(elements), block_shape) * scale
+    v = _times_scales(v, block_scales, "block_scales")
+    return _nvfp4_unblock(v, np.shape(elements), block_shape) * scale

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mptutor._checks import check_scalar
+from mptutor._checks import _short, check_scalar
 
 __all__ = ["hadamard_matrix", "random_hadamard", "random_signs", "hadamard_transform"]
 
@@ -34,6 +34,19 @@ def _power_of_two(n: Any, name: str) -> int:
 def _seed(seed: Any) -> int | None:
     """Return ``seed`` checked: None or an int >= 0."""
     return check_scalar(seed, "seed", int, min_val=0, allow_none=True)
+
+
+def _check(shape: tuple[int, ...], seed: Any, block: Any, inverse: Any, name: str) -> tuple:
+    """Check :func:`hadamard_transform`'s options and input shape; return seed and block."""
+    block = _power_of_two(block, "block")
+    seed = _seed(seed)
+    if not isinstance(inverse, (bool, np.bool_)):
+        raise TypeError(f"inverse must be True or False, got {_short(inverse)}")
+    if len(shape) == 0 or shape[-1] % block:
+        raise ValueError(
+            f"the last axis of {name} (shape {shape}) must be a multiple of block={block}"
+        )
+    return seed, block
 
 
 def hadamard_matrix(n: int = 16) -> np.ndarray:
@@ -139,17 +152,10 @@ def hadamard_transform(
         For a non-real ``x``, a bad ``seed`` or ``block``, or a last axis that is not a
         multiple of ``block``; nothing is computed then.
     """
-    block = _power_of_two(block, "block")
-    seed = _seed(seed)
-    if not isinstance(inverse, (bool, np.bool_)):
-        raise TypeError(f"inverse must be True or False, got {inverse!r}")
     arr = np.asarray(x)
     if arr.dtype.kind not in "fiu":
         raise TypeError(f"x must hold real numbers, got dtype {arr.dtype}")
-    if arr.ndim == 0 or arr.shape[-1] % block:
-        raise ValueError(
-            f"the last axis of x (shape {arr.shape}) must be a multiple of block={block}"
-        )
+    seed, block = _check(arr.shape, seed, block, inverse, "x")
     r = random_hadamard(block, seed)
     matrix = r if inverse else r.T  # rows as vectors: v @ R.T is (R @ v).T
     blocks = arr.astype(np.float64).reshape(*arr.shape[:-1], arr.shape[-1] // block, block)

@@ -47,24 +47,11 @@ def _check_generator(generator: Any, t: torch.Tensor) -> None:
         )
 
 
-def _check_blocks(t: torch.Tensor, block_shape: tuple[int, int]) -> None:
-    rows, cols = block_shape
-    if t.dim() < (2 if rows > 1 else 1) or t.shape[-1] % cols or (rows > 1 and t.shape[-2] % rows):
-        axes = "last axis" if rows == 1 else "last two axes"
-        raise ValueError(
-            f"the {axes} of t (shape {tuple(t.shape)}) must be multiples of 16 for "
-            f"block_shape={block_shape}"
-        )
-
-
 _CONSTANTS: dict[torch.device, dict[str, torch.Tensor]] = {}
 
 
 def _constants(device: torch.device) -> dict[str, torch.Tensor]:
-    """Return 0-dim tensors of the constants on ``device``, made once.
-
-    An in-place operation given a Python number converts it to a tensor at every call.
-    """
+    """Return 0-dim tensors of the constants on ``device`` (a Python number is converted anew)."""
     if device not in _CONSTANTS:
         f32 = {"device": device, "dtype": torch.float32}
         _CONSTANTS[device] = {
@@ -80,23 +67,8 @@ def _round_fp4(
     s: torch.Tensor, generator: Any, stochastic: bool, work: torch.Tensor,
     signed_zero: bool = True,
 ) -> torch.Tensor:  # fmt: skip
-    """Round float32 values to FP4 E2M1 (+-6 saturating), in place: to nearest even or at random.
-
-    Float and integer arithmetic only, in the buffers ``s`` (the values, overwritten by the
-    result) and ``work`` (float32 of the same shape): comparisons, ``where`` and fresh
-    buffers cost several times more on a CPU. The FP4 grid is ``step`` = 0.5 apart below 2,
-    1 below 4 and 2 up to 6: half the power of two of ``|s|``, kept within 1 to 4. To
-    nearest: adding and subtracting ``M = step * 2**23`` (whose float32 spacing is
-    ``step``) rounds to a multiple of ``step``, half to even, as the FP4 cast does (``M``
-    carries the value's sign, so the rounding is symmetric). At random: with
-    ``n + f = |s| / step`` (``n`` whole, ``0 <= f < 1``) and ``u`` uniform in [0, 1)
-    (float32; on a CPU a multiple of ``2**-24``), ``(n + floor(f + u)) * step`` rounds up
-    with probability ``f``: ``f + u`` is exact wherever ``f`` is a multiple of ``2**-24``
-    (every ``|s| >= step``), so a value FP4 holds (``f = 0``) never moves, and elsewhere the
-    chance is within ``2**-24`` of ``f``. A zero result keeps the value's sign (``-0.0``, as
-    FP4 has it) unless ``signed_zero`` is False (to nearest, it is then ``+0.0``: the same
-    in any sum).
-    """
+    """Round float32 ``s`` to FP4 E2M1 (+-6 saturating) in place, to nearest even or at random."""
+    # Arithmetic in the buffers s and work only: comparisons, where and new buffers cost more.
     c = _constants(s.device)
     s.clamp_(-_FP4_MAX, _FP4_MAX)
     # 2**floor(log2 |s|): the exponent bits alone; then 1, 2 or 4, twice the spacing
@@ -104,29 +76,24 @@ def _round_fp4(
     binade = binade.view(torch.float32).clamp_(1.0, 4.0)
     if stochastic:
         step = torch.copysign(binade.mul_(c["half"]), s, out=binade)
-        units = s.div_(step)  # |s| / step, >= 0
+        units = s.div_(step)  # |s| / step = n + f, >= 0
+        # n + floor(f + u), u uniform in [0, 1): up with probability f, exact where |s| >= step
+        # (f a multiple of 2**-24), within 2**-24 below; a value FP4 holds never moves
         up = torch.frac(units).add_(torch.rand(s.shape, generator=generator, device=s.device))
         return units.floor_().add_(up.floor_()).mul_(step)
     magic = torch.copysign(binade.mul_(c["2**22"]), s, out=binade)  # 2**23 x step, signed
-    s.add_(magic).sub_(magic)
-    return torch.copysign(s, magic, out=s) if signed_zero else s
+    s.add_(magic).sub_(magic)  # its float32 spacing is step: rounds to a multiple, half to even
+    return torch.copysign(s, magic, out=s) if signed_zero else s  # zeros keep their sign
 
 
 def _nvfp4(
     t: torch.Tensor, block_shape: tuple[int, int] = (1, 16), stochastic: bool = False,
     generator: torch.Generator | None = None, dim: int = -1, signed_zero: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Quantize float32 ``t`` (checked) to NVFP4: (element x block scale, tensor scale).
-
-    The blocks run along the last axis (``dim=-1``), or, for ``(1, 16)`` and ``dim=-2``,
-    along the one before it (a transposed matrix's rows, without transposing it). The first
-    result is float32 of ``t``'s shape (each an FP4 value times an E4M3 value: exact), the
-    second a 0-dim float32 tensor; their product is what :func:`mptutor.fp8.nvfp4_dequantize`
-    returns (bit for bit; NaN where it has NaN; with ``signed_zero=False``, as the layers
-    call it, up to the sign of zeros, which no product or sum tells apart). No host sync, and
-    as few operations as the arithmetic allows: on the small tensors of a CPU lesson each
-    costs more than its work.
-    """
+    """Quantize float32 ``t`` (checked) to NVFP4: (element x block scale, tensor scale)."""
+    # Their product is fp8.nvfp4_dequantize's bit for bit (but the sign of zeros, with
+    # signed_zero=False); dim=-2 blocks along the axis before the last. No host sync, and few
+    # operations: on a CPU lesson's small tensors each costs more than its work.
     t, shape = t.contiguous(), t.shape
     *_, r, c = (1, *shape) if len(shape) == 1 else shape
     if block_shape == (16, 16):
@@ -164,30 +131,25 @@ def nvfp4_fake_quantize(
 ) -> torch.Tensor:  # fmt: skip
     """Quantize to NVFP4 and back: the float32 values an NVFP4 tensor stands for.
 
-    The same as :func:`mptutor.fp8.nvfp4_quantize` then :func:`mptutor.fp8.nvfp4_dequantize`
-    (bit for bit with ``rounding="nearest"``), on ``t``'s device: a tensor scale
-    ``amax / (6 * 448)`` from the finite values, an E4M3 scale per block rounded to nearest,
-    FP4 E2M1 elements saturating at +-6. A block holding NaN or inf comes back all NaN; a
-    block whose E4M3 scale rounds to 0 comes back as zeros; ``-0.0`` stays ``-0.0``.
+    :func:`mptutor.fp8.nvfp4_quantize` then :func:`mptutor.fp8.nvfp4_dequantize` (bit for bit
+    with ``rounding="nearest"``) with torch, on ``t``'s device. A block holding NaN or inf comes
+    back all NaN; a block whose E4M3 scale rounds to 0 comes back as zeros; ``-0.0`` stays.
 
     Parameters
     ----------
     t : torch.Tensor
-        Floating-point values (taken in float32, as NumPy's); the last axis a multiple of 16
-        (for ``(16, 16)``, the last two axes).
+        Floating-point values (taken in float32); the last axis a multiple of 16 (for
+        ``(16, 16)``, the last two axes).
     block_shape : (1, 16) or (16, 16), optional
-        Blocks of 16 along the last axis, or 16x16 blocks over the last two axes.
+        As for :func:`mptutor.fp8.nvfp4_quantize`.
     rounding : {"nearest", "stochastic"}, optional
-        How the FP4 elements are rounded (the block scales always to nearest): to nearest
-        even, or up with probability the distance to the lower neighbour over the spacing
-        (a float32 uniform draw per element: exact for values of at least one FP4 spacing,
-        within ``2**-24`` below; a value FP4 holds never moves).
+        As for :func:`mptutor.fp8.nvfp4_quantize`, but with a float32 uniform draw per element:
+        exact for values of at least one FP4 spacing, within ``2**-24`` below.
     generator : torch.Generator, optional
         Source of the random draws, on ``t``'s device; PyTorch's global one by default.
     dim : {-1, -2}, optional
-        With ``(1, 16)``: ``-2`` puts the blocks along the axis before the last (the rows of
-        ``t.mT``, bit for bit ``nvfp4_fake_quantize(t.mT).mT`` but without the transposed
-        copy), as a weight-gradient product quantizes its operands along the tokens.
+        With ``(1, 16)``: ``-2`` puts the blocks along the axis before the last, bit for bit
+        ``nvfp4_fake_quantize(t.mT).mT`` without the transposed copy.
 
     Returns
     -------
@@ -208,7 +170,7 @@ def nvfp4_fake_quantize(
         raise ValueError(f"dim must be -1, or -2 with block_shape (1, 16), got {_short(dim)}")
     if dim == -2 and t.dim() < 2:
         raise ValueError(f"dim=-2 needs a t of two axes or more, got shape {tuple(t.shape)}")
-    _check_blocks(t if dim == -1 else t.mT, block_shape)
+    fp8._check_nvfp4_shape(tuple((t if dim == -1 else t.mT).shape), block_shape, "t")
     with torch.no_grad():
         q, scale = _nvfp4(t.detach().float(), block_shape, stochastic, generator, dim)
         return q * scale
@@ -231,23 +193,16 @@ def _hadamard(t: torch.Tensor, seed: int | None, block: int, inverse: bool) -> t
 def hadamard_transform(
     t: torch.Tensor, seed: int | None = 0, block: int = 16, inverse: bool = False
 ) -> torch.Tensor:
-    """Apply :func:`mptutor.hadamard.hadamard_transform`'s transform with torch, on t's device.
+    """Apply :func:`mptutor.hadamard.hadamard_transform` with torch, on ``t``'s device.
 
-    Each block of ``block`` values along the last axis, as a column vector ``v``, becomes
-    ``R @ v`` with ``R = mptutor.hadamard.random_hadamard(block, seed)`` (the same signs for
-    the same seed), or ``R.T @ v`` with ``inverse=True``. Computed in float32 (float64 for
-    float64 input); differentiable.
+    The same matrix for the same ``seed`` and ``block``; differentiable.
 
     Parameters
     ----------
     t : torch.Tensor
         Floating-point values; the last axis a multiple of ``block``.
-    seed : int or None, optional
-        Seed of the random signs; None for the plain Hadamard matrix.
-    block : int, optional
-        Block size, a power of two (16 in the NVFP4 recipes).
-    inverse : bool, optional
-        Apply the inverse (the transpose) instead.
+    seed, block, inverse
+        As for :func:`mptutor.hadamard.hadamard_transform`.
 
     Returns
     -------
@@ -261,14 +216,7 @@ def hadamard_transform(
         that is not a multiple of ``block``.
     """
     _check_tensor(t)
-    block = hadamard._power_of_two(block, "block")
-    seed = hadamard._seed(seed)
-    if not isinstance(inverse, bool):
-        raise TypeError(f"inverse must be True or False, got {_short(inverse)}")
-    if t.dim() == 0 or t.shape[-1] % block:
-        raise ValueError(
-            f"the last axis of t (shape {tuple(t.shape)}) must be a multiple of block={block}"
-        )
+    seed, block = hadamard._check(tuple(t.shape), seed, block, inverse, "t")
     return _hadamard(t, seed, block, inverse)
 
 
@@ -340,10 +288,10 @@ class FP4Linear(nn.Linear):
     Forward ``y = Q(x) @ Q(W).T + b``; backward ``dx = Q(dy) @ Q(W)`` and
     ``dW = Q(H dy).T @ Q(H x)``, each ``Q`` an NVFP4 quantization (:func:`nvfp4_fake_quantize`)
     along the product's reduction axis: ``in_features`` for the forward, ``out_features`` for
-    ``dx``, the tokens (all leading axes flattened) for ``dW``. The products are FP32 matrix
-    products of ``element x block scale`` values (exact products of FP4 and E4M3 values,
-    accumulated in FP32), times the two tensor scales. The bias is added outside, unquantized;
-    the FP32 weight stays (it is what the optimizer updates).
+    ``dx``, the tokens (all leading axes flattened, zero-padded to a multiple of 16) for
+    ``dW``. The products are FP32 products of ``element x block scale`` values times the two
+    tensor scales; the bias is added unquantized; the FP32 weight is what the optimizer updates.
+    Under autocast the products still run in FP32 and the output takes autocast's dtype.
 
     Parameters
     ----------
@@ -353,16 +301,14 @@ class FP4Linear(nn.Linear):
         As for :class:`torch.nn.Linear`.
     hadamard : bool, optional
         Apply the random Hadamard transform (:func:`hadamard_transform`, blocks of 16, signs
-        from ``seed``) to both inputs of the weight-gradient product along the tokens before
-        they are quantized; ``H`` is orthogonal, so it cancels in the product.
+        from ``seed``) to both inputs of ``dW`` along the tokens before they are quantized
+        (it cancels in the product).
     weight_blocks : {"1x16", "16x16"}, optional
         ``"1x16"``: the weight is quantized along each product's reduction axis (rows for the
-        forward, columns for ``dx``), two different quantized weights; ``"16x16"``: once, in
-        16x16 blocks, and the same quantized weight is used in the forward and in ``dx``.
+        forward, columns for ``dx``); ``"16x16"``: once, in 16x16 blocks, for both.
     stochastic_gradients : bool, optional
-        Round the output gradient ``dy`` to FP4 stochastically in both backward products
-        (every other operand is rounded to nearest), from a generator of the layer seeded with
-        ``seed`` (on the input's device; not part of the ``state_dict``).
+        Round ``dy`` to FP4 stochastically in both backward products (every other operand to
+        nearest), from a generator of the layer seeded with ``seed`` (not in the state_dict).
     seed : int, optional
         Seed of the Hadamard signs and of the stochastic rounding, an int >= 0.
 
@@ -374,15 +320,6 @@ class FP4Linear(nn.Linear):
     ValueError
         For sizes below 1 or not multiples of 16, an unknown ``weight_blocks``, a negative
         ``seed``.
-
-    Notes
-    -----
-    A call checks its input first, as :class:`mptutor.torch.FP8Linear` does (a floating-point
-    tensor whose last axis is ``in_features``, on the weight's device), and refuses anything
-    else with nothing changed. Any number of tokens is taken: for ``dW``, the tokens are
-    padded with zeros up to a multiple of 16 (zeros add nothing to the product and change no
-    amax; with ``hadamard=True`` they are mixed into the last block). Under autocast the
-    products still run in FP32 and the output takes autocast's dtype.
     """
 
     def __init__(
@@ -449,11 +386,9 @@ class FP4Linear(nn.Linear):
 def to_fp4(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.Module:
     """Replace the model's :class:`torch.nn.Linear` layers by :class:`FP4Linear`, in place.
 
-    As :func:`mptutor.torch.to_fp8`: the new layers take over the old ones' ``Parameter``
-    objects (an optimizer still updates them); ``skip`` names layers to keep (``"head"``);
-    ``options`` go to :class:`FP4Linear`, but for ``seed`` (default 0): the k-th layer
-    replaced, in the order of the names, gets ``seed + k``, so that no two layers draw the same
-    random numbers.
+    As :func:`mptutor.torch.to_fp8` (the new layers take over the old ones' ``Parameter``
+    objects; ``skip`` names layers to keep); ``options`` go to :class:`FP4Linear`, but for
+    ``seed`` (default 0): the k-th layer replaced, in the order of the names, gets ``seed + k``.
 
     Returns
     -------
