@@ -65,11 +65,7 @@ class Timing:
 
 
 def _device_type(device: Any, name: str = "device") -> str:
-    """Return ``"cpu"`` or ``"cuda"`` for ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (or a torch.device).
-
-    Anything else (``"gpu"``, ``"cuda0"``, ``"mps"``) is refused: a misspelt device must not
-    silently time without waiting for it, or select no record.
-    """
+    """Return ``"cpu"`` or ``"cuda"`` for ``"cpu"``, ``"cuda"``, ``"cuda:N"``; refuse the rest."""
     text = str(device) if type(device).__name__ == "device" else device
     if isinstance(text, str):
         kind, colon, index = text.partition(":")
@@ -163,10 +159,7 @@ def _read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _check_record(record: Any, where: str) -> None:
-    """Refuse a record that the readers (:func:`label`, :func:`provenance`) could not read.
-
-    The ``ValueError`` starts with ``where`` (the file, or ``record``) and names the field.
-    """
+    """Refuse a record the readers cannot read: a ValueError naming ``where`` and the field."""
     if not isinstance(record, dict):
         raise ValueError(f"{where} is not a measurement record (a dict), got {_short(record)}")
     missing = [key for key in _FIELDS if key not in record]

@@ -164,12 +164,9 @@ def _complete_split(folder: Path, **expected: Any) -> DatasetFolders | None:
 
 @contextlib.contextmanager
 def _building(dest: Path) -> Iterator[Path]:
-    """Yield an empty folder next to ``dest``, renamed to ``dest`` if the block succeeds.
-
-    Call it only when ``dest`` holds no finished folder: what is there, and temporary folders
-    that killed runs left next to it, are removed first. If a concurrent run finishes ``dest``
-    first, its copy is kept and this one discarded.
-    """
+    """Yield an empty folder next to an unfinished ``dest``, renamed to it if the block succeeds."""
+    # What is at dest and killed runs' temporary folders are removed first; if a concurrent
+    # run finishes dest first, its copy is kept and this one discarded.
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in [*dest.parent.glob(f".{dest.name}.partial-*"), dest]:
         if stale.is_dir() and not stale.is_symlink():

@@ -97,14 +97,9 @@ class GradientStats:
 
 
 def _classify(magnitudes: np.ndarray, f: formats.Format) -> tuple[int, int, int]:
-    """Count the magnitudes that round to 0, to a subnormal and beyond the largest value.
-
-    The edges are the midpoints between neighbouring values of the format, where round half to
-    even decides as :func:`mptutor.formats.round_to` does: half the smallest subnormal goes to
-    0; the midpoint below the smallest normal goes up to it (the largest subnormal is odd);
-    the midpoint above the largest value goes up (to inf) when that value is odd, as in every
-    format but fp8_e4m3 (448 is even: 464 rounds to 448).
-    """
+    """Count the magnitudes that round to 0, to a subnormal and beyond the largest value."""
+    # The edges are midpoints, decided half to even as formats.round_to does: the largest
+    # subnormal is odd; the largest value is odd in every format but fp8_e4m3 (448).
     half_tiny = f.smallest_subnormal / 2
     under = int(np.count_nonzero(magnitudes <= half_tiny))
     sub = int(

@@ -138,11 +138,7 @@ class FP8Linear(nn.Linear):
 
     @torch.no_grad()
     def _next(self, role: str, amax: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Return the role's window with ``amax`` in it (unless 0 or not finite), next scale.
-
-        New tensors, set by :meth:`_commit` once the call has gone through: a refused or failed
-        call changes nothing, and a tensor saved for backward keeps its value.
-        """
+        """Return new tensors (set by :meth:`_commit` later): the window with ``amax``, scale."""
         history, scale = getattr(self, f"{role}_amax_history"), getattr(self, f"{role}_scale")
         ok = torch.isfinite(amax) & (amax > 0)
         history = torch.where(ok, torch.cat([history[1:], amax.view(1)]), history)

@@ -78,12 +78,9 @@ def _make_product(
     input_sets: int = 1,
     fp8_fast_accum: bool = False,
 ) -> Callable[[], torch.Tensor]:
-    """Return a function computing ``A @ B``, cycling through ``input_sets`` seeded input pairs.
-
-    TF32 is a setting (:func:`tf32`), on or off while the product runs. FP8 E4M3 runs through
-    ``torch._scaled_mm``: ``B`` column-major, scales of 1, a BF16 result, FP32 sums unless
-    ``fp8_fast_accum``.
-    """
+    """Return a function computing ``A @ B``, cycling through ``input_sets`` seeded pairs."""
+    # TF32 is a setting while the product runs; FP8 runs through torch._scaled_mm: B
+    # column-major, scales of 1, a BF16 result, FP32 sums unless fp8_fast_accum.
     name = _gemm(precision)
     dtype = _GEMMS[name][0]
     gen = torch.Generator(device=torch.device(device)).manual_seed(seed)
