@@ -14,22 +14,6 @@ a CPU whose oneDNN has bfloat16 kernels (:func:`probe_bf16`); ``amp.init`` chang
 operators for the rest of the process, so build float32 networks before the first bfloat16
 one. The ``multi_precision`` optimizer update is elementwise and runs on a CPU as well.
 
-``_core``
-    MXNet imported once; :func:`seed`, :func:`context`, :func:`probe_bf16`; the checks the
-    other modules share.
-``_networks``
-    :func:`get_network`, :func:`round_up`, :func:`channel_alignment`,
-    :func:`image_folder_loaders`.
-``_training``
-    :func:`make_trainer`, :func:`train`, :func:`evaluate`, :func:`predict`,
-    :func:`refresh_statistics`.
-``_master_weights``
-    :func:`master_weights`, :func:`save_master_weights`, :func:`load_master_weights`,
-    :func:`multi_precision_survey`.
-``_loss_scaling``
-    :class:`LossScaledStep` and :func:`gradient_stats`, the same names as in the PyTorch and
-    TensorFlow modules.
-
 Examples
 --------
 >>> from mptutor import data, mxnet as mmx  # doctest: +SKIP

@@ -52,11 +52,9 @@ _NO_FP16_ON_CPU = (
 
 
 def seed(value: int = 0) -> None:
-    """Seed every random source a Gluon training run uses.
+    """Seed MXNet's, NumPy's global (``DataLoader``'s shuffling) and Python's random state.
 
-    MXNet's generator draws the initial weights, NumPy's global state orders the shuffled
-    batches of ``DataLoader``, Python's ``random`` is seeded for completeness. With the same
-    seed, machine and ``num_workers=0`` a CPU run repeats bit for bit.
+    With the same seed, machine and ``num_workers=0`` a CPU run repeats bit for bit.
 
     Parameters
     ----------
@@ -65,10 +63,8 @@ def seed(value: int = 0) -> None:
 
     Raises
     ------
-    TypeError
-        If ``value`` is not an int.
-    ValueError
-        If ``value`` is out of that range.
+    TypeError, ValueError
+        If ``value`` is not an int, or is out of that range.
     """
     value = check_scalar(value, "seed", int, min_val=0, max_val=2**32 - 1)
     random.seed(value)
@@ -77,10 +73,7 @@ def seed(value: int = 0) -> None:
 
 
 def context() -> mx.Context:
-    """Return the context the notebooks train on: the first GPU MXNet sees, else the CPU.
-
-    ``MPTUTOR_DEVICE=cpu`` forces the CPU. MXNet itself is asked, so a CPU build of MXNet on a
-    GPU machine gives the CPU.
+    """Return ``mx.gpu(0)`` if MXNet sees a GPU (and ``MPTUTOR_DEVICE`` is not cpu), else the CPU.
 
     Returns
     -------
@@ -166,13 +159,11 @@ print("bf16-ok", float(loss.sum().asscalar()))
 
 @functools.lru_cache(maxsize=1)
 def probe_bf16() -> tuple[bool, str]:
-    """Find out whether MXNet AMP can train in bfloat16 on this CPU.
+    """Find out whether MXNet AMP can train in bfloat16 on this CPU (cached for the process).
 
-    A small convolutional network takes one AMP bfloat16 step in a separate Python process, so
+    A small network takes one AMP bfloat16 step in a separate process (two minutes at most), so
     that neither ``amp.init`` nor a failure touches this one. MXNet 1.9.1's oneDNN has bfloat16
-    convolutions for CPUs with AVX-512; elsewhere it fails with "could not create a primitive
-    descriptor iterator". The probe gets two minutes; the answer is cached for the life of the
-    process.
+    convolutions for CPUs with AVX-512 only.
 
     Returns
     -------

@@ -23,22 +23,19 @@ def _trainable(net: gluon.Block) -> list[gluon.Parameter]:
 def gradient_stats(net: gluon.Block, fmt: Any = "fp16") -> gradients.GradientStats:
     """Measure the gradients now held by a Gluon network's parameters against a format.
 
-    The MXNet side of :func:`mptutor.gradients.gradient_stats`: every gradient of a parameter
-    that takes one (``grad_req != "null"``) is copied to the host and counted there.
+    :func:`mptutor.gradients.gradient_stats` of every parameter's gradient with
+    ``grad_req != "null"``, copied to the host.
 
     Parameters
     ----------
     net : mxnet.gluon.Block
         The network, after a backward pass.
     fmt : str or dtype, optional
-        A format name or dtype that :func:`mptutor.formats.get` knows (``"fp16"``,
-        ``"bfloat16"``, ``numpy.float16``, ...).
+        A format :func:`mptutor.formats.get` knows (``"fp16"``, ``numpy.float16``, ...).
 
     Returns
     -------
     mptutor.gradients.GradientStats
-        Counts of zeros, infs/NaNs, values that ``fmt`` would flush or overflow, and the
-        exponents.
 
     Raises
     ------
@@ -54,13 +51,10 @@ def gradient_stats(net: gluon.Block, fmt: Any = "fp16") -> gradients.GradientSta
 class LossScaledStep:
     """One Gluon training step driven by :mod:`mptutor.scaling`'s loss scaler.
 
-    The per-sample losses are computed in float32 and multiplied by the scale before the
-    backward pass. The gradients are checked for inf/NaN in one fused operator
-    (``multi_all_finite``, as MXNet AMP does) and one host read; a step with a non-finite
-    gradient is skipped. Otherwise ``trainer.step(batch_size * scale)`` applies it: the
-    optimizer's ``rescale_grad`` divides by the scale, in float32 when the trainer uses
-    ``multi_precision=True``. Clipping, when asked for, limits the norm of the unscaled
-    gradients.
+    The float32 per-sample losses are multiplied by the scale before backward; the gradients
+    are checked for inf/NaN with ``multi_all_finite`` (as MXNet AMP does) and one host read; a
+    non-finite step is skipped, otherwise ``trainer.step(batch_size * scale)`` unscales through
+    the optimizer's ``rescale_grad`` (in float32 with ``multi_precision=True``).
 
     Parameters
     ----------
@@ -71,9 +65,8 @@ class LossScaledStep:
     loss_fn : mxnet.gluon.loss.Loss
         A loss returning one value per sample, e.g. ``SoftmaxCrossEntropyLoss()``.
     loss_scaler : mptutor.scaling.LossScaler, optional
-        Any scaler with the :class:`~mptutor.scaling.LossScaler` protocol; a
-        :class:`~mptutor.scaling.DynamicLossScaler` with MXNet AMP's start (``2**16``) and
-        growth interval (2000) when omitted.
+        By default a :class:`~mptutor.scaling.DynamicLossScaler` (``2**16``, growth interval
+        2000, as MXNet AMP).
     clip_norm : float, optional
         Clip the global norm of the unscaled, batch-averaged gradients to this value.
 
@@ -87,9 +80,7 @@ class LossScaledStep:
     Raises
     ------
     TypeError
-        If ``net`` is not a Gluon ``Block``, ``trainer`` not a ``Trainer``, ``loss_fn`` not
-        callable, or ``loss_scaler`` not a loss scaler (a number is not: pass
-        ``StaticLossScaler(128.0)``).
+        If an argument is not of its type (a number is no loss scaler).
     ValueError
         If ``clip_norm`` is not a positive finite number, the network has no parameter
         with a gradient, or the trainer does not hold all of them.
@@ -149,10 +140,8 @@ class LossScaledStep:
 
         Raises
         ------
-        TypeError
-            If ``data`` or ``label`` is not an ``mxnet.nd.NDArray``.
-        ValueError
-            If the batch is empty.
+        TypeError, ValueError
+            If ``data`` or ``label`` is not an ``mxnet.nd.NDArray``, or the batch is empty.
         """
         check_type(data, "data", mx.nd.NDArray, "an mxnet.nd.NDArray")
         check_type(label, "label", mx.nd.NDArray, "an mxnet.nd.NDArray")

@@ -85,8 +85,7 @@ def master_weights(
         Every parameter (BatchNorm running statistics included) as a float32 CPU array, keyed
         by its structural name (``"features.1.weight"``, as ``save_parameters`` uses).
     from_master : set of str
-        The names whose values came from the optimizer's master copies. A float16 parameter
-        not updated yet has none; its value, cast to float32, is where the optimizer starts.
+        The names taken from master copies (a float16 parameter not updated yet has none).
 
     Raises
     ------
@@ -138,12 +137,9 @@ class Checkpoint:
 def save_master_weights(
     net: gluon.Block, path: str | os.PathLike[str], trainer: gluon.Trainer | None = None
 ) -> Checkpoint:
-    """Save the float32 master weights of a network, atomically.
+    """Save :func:`master_weights` (``mx.nd.save`` format) atomically: old file or new one.
 
-    One float32 array per parameter (``mx.nd.save`` format), the optimizer's master copy for
-    every float16 parameter that has one. The file is written under a temporary name and
-    renamed into place: a crash leaves the old file or the new one. Optimizer state such as
-    momentum is not included (``trainer.save_states`` saves it).
+    Optimizer state such as momentum is not included (``trainer.save_states`` saves it).
 
     Parameters
     ----------
@@ -157,8 +153,7 @@ def save_master_weights(
     Returns
     -------
     Checkpoint
-        ``path``, ``arrays`` (how many), ``from_master`` (how many were master copies),
-        ``bytes``.
+        ``path``, ``arrays``, ``from_master`` (how many were master copies), ``bytes``.
 
     Raises
     ------
@@ -212,10 +207,9 @@ def load_master_weights(
 ) -> int:
     """Load float32 master weights saved by :func:`save_master_weights` into a network.
 
-    Each parameter gets the saved value cast to its own type (float16 parameters get the master
-    rounded to float16). With a ``trainer`` whose optimizer has ``multi_precision``, its master
-    copies are set to the saved float32 values too, so training resumes from the exact master
-    weights rather than from their float16 rounding.
+    Each parameter gets the saved value cast to its type; with a ``trainer`` whose optimizer has
+    ``multi_precision``, its master copies get the float32 values, so that training resumes
+    from the exact master weights.
 
     Parameters
     ----------
@@ -237,8 +231,7 @@ def load_master_weights(
         If ``path`` does not exist.
     ValueError
         If the file is not a dict of float32 arrays, its names or shapes do not match the
-        network's parameters, or a ``trainer`` is given while the network's parameters still
-        wait for their first forward pass (deferred initialisation).
+        network's, or a ``trainer`` is given while parameters wait for deferred initialisation.
     """
     source = Path(path)
     params = _params_of(net)
@@ -291,11 +284,10 @@ def load_master_weights(
 class OptimizerTrial:
     """What one optimizer did to a float16 weight of ones in :func:`multi_precision_survey`.
 
-    ``error`` is the error it raised, shortened (empty when it ran); ``weight_moved`` and
-    ``weight_after`` say whether the float16 weight left 1.0 and where its first entry ended;
-    ``master`` whether its state holds a float32 array that rounds to the weight, and
-    ``master_moved`` whether that left 1.0; ``own_code`` whether the class overrides
-    ``update_multi_precision``; ``warnings`` counts each warning raised (``"Category: text"``).
+    ``error``: what it raised, shortened (empty if it ran); ``weight_moved``, ``weight_after``:
+    whether the weight left 1.0, its first entry after; ``master``, ``master_moved``: whether
+    its state holds a float32 copy of the weight, whether that left 1.0; ``own_code``: whether
+    the class overrides ``update_multi_precision``; ``warnings``: a count per warning text.
     """
 
     optimizer: str
@@ -380,11 +372,10 @@ def multi_precision_survey(
 ) -> tuple[Table, list[tuple[OptimizerTrial, OptimizerTrial]]]:
     """Try every registered optimizer on a float16 weight with and without ``multi_precision``.
 
-    Each optimizer updates a 2x4 float16 weight of ones with a gradient of ones, ``steps``
-    times, on a CPU. A step of about the learning rate is far below half the float16 spacing
-    just below 1.0 (``2**-12``) at the default learning rate, so an optimizer that updates the
-    float16 weight directly leaves it at 1.0, while a float32 master copy accumulates the
-    steps. An exception an optimizer raises is recorded as its result; warnings are counted.
+    Each updates a 2x4 float16 weight of ones with a gradient of ones, ``steps`` times, on a
+    CPU. At the default learning rate a step is far below half the float16 spacing below 1.0
+    (``2**-12``): an update of the float16 weight leaves it at 1.0, a float32 master copy
+    accumulates the steps. An exception is recorded as the result; warnings are counted.
 
     Parameters
     ----------

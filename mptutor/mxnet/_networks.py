@@ -36,10 +36,8 @@ def round_up(value: int, multiple: int = 8) -> int:
 
     Parameters
     ----------
-    value : int
-        The number to round (at least 1).
-    multiple : int, default 8
-        The multiple (at least 1).
+    value, multiple : int
+        The number to round and the multiple (default 8), both at least 1.
 
     Returns
     -------
@@ -48,10 +46,8 @@ def round_up(value: int, multiple: int = 8) -> int:
 
     Raises
     ------
-    TypeError
-        If either argument is not an int.
-    ValueError
-        If either argument is below 1.
+    TypeError, ValueError
+        If an argument is not an int, or is below 1.
     """
     value = check_scalar(value, "value", int, min_val=1)
     multiple = check_scalar(multiple, "multiple", int, min_val=1)
@@ -76,25 +72,23 @@ def get_network(
     classes : int
         Number of classes of the dataset.
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
-        ``"float16"`` casts the network with ``net.cast("float16")`` (BatchNorm keeps float32
-        parameters) and needs a GPU context. ``"bfloat16"`` calls
-        ``amp.init(target_dtype="bfloat16")`` first (once per process; it cannot be undone)
-        and keeps float32 parameters; AMP casts inside the network. Other spellings
-        (``"fp16"``, ...) as :func:`mptutor.formats.dtype_name` knows them.
+        ``"float16"``: ``net.cast("float16")`` (BatchNorm keeps float32), on a GPU context.
+        ``"bfloat16"``: ``amp.init(target_dtype="bfloat16")`` first (once per process, for
+        good), float32 parameters, AMP casts inside. Other spellings as
+        :func:`mptutor.formats.dtype_name` knows them.
     ctx : mxnet.Context, optional
         Where the parameters live; default :func:`~mptutor.mxnet.context`.
     pretrained : bool, default False
-        Start the feature layers from the model zoo's ImageNet weights (downloaded on first use
-        to ``$MXNET_HOME/models``) and give the network a new output layer for ``classes``.
+        Start the feature layers from the model zoo's ImageNet weights (downloaded to
+        ``$MXNET_HOME/models``), with a new output layer for ``classes``.
     classes_multiple : int, default 1
-        Round the width of the output layer up to this multiple (8 keeps every GEMM of a
-        ResNet a multiple of 8 for float16 Tensor Cores); the extra outputs are never a target.
+        Round the output layer's width up to this multiple (8 keeps a ResNet's GEMMs multiples
+        of 8 for float16 Tensor Cores); the extra outputs are never a target.
 
     Returns
     -------
     mxnet.gluon.HybridBlock
-        The network, hybridised. Its first convolution infers its input channels from the
-        first batch.
+        The network, hybridised; its input channels are inferred from the first batch.
 
     Raises
     ------
@@ -132,14 +126,12 @@ def get_network(
 def channel_alignment(net: gluon.Block) -> Table:
     """List the convolution and dense layers whose channel counts are not a multiple of 8.
 
-    float16 Tensor Cores run a convolution or GEMM at full speed when its channel (or unit)
-    counts are multiples of 8. Run one batch through the network first so that every shape is
-    known.
+    float16 Tensor Cores run at full speed on channel (or unit) counts that are multiples of 8.
 
     Parameters
     ----------
     net : mxnet.gluon.Block
-        The network.
+        The network, after one batch (so that every shape is known).
 
     Returns
     -------
@@ -203,11 +195,9 @@ def image_folder_loaders(
 ) -> Loaders:
     """Build the tutorial's input pipeline on two ``<class>/<image>`` folders.
 
-    ``ImageFolderDataset`` reads each folder; the transform resizes the short edge to
-    ``image_size``, crops the centre, converts to CHW float32 and normalises with ImageNet's
-    mean and standard deviation; ``DataLoader`` batches, shuffling the training set with
-    NumPy's global random state (seed it for a repeatable order) and keeping the last, smaller
-    batch.
+    Short edge resized to ``image_size``, centre crop, CHW float32 normalised with ImageNet's
+    mean and deviation; the training set shuffled with NumPy's global random state; the last,
+    smaller batch kept.
 
     Parameters
     ----------
@@ -232,11 +222,9 @@ def image_folder_loaders(
     ------
     FileNotFoundError, NotADirectoryError
         If a folder is missing or is a file.
-    TypeError
-        If a size or ``num_workers`` is not an int.
-    ValueError
-        If a folder has no class sub-folders or an empty class, the two folders have different
-        classes, a size is below 1 or ``num_workers`` below 0.
+    TypeError, ValueError
+        If a size or ``num_workers`` is not an int, or is too small (1; 0), a folder has no
+        class or an empty class, or the two folders have different classes.
     """
     image_size = check_scalar(image_size, "image_size", int, min_val=1)
     batch_size = check_scalar(batch_size, "batch_size", int, min_val=1)

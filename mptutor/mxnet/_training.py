@@ -118,22 +118,19 @@ def make_trainer(
         Its training type; ``"bfloat16"`` also calls ``amp.init_trainer`` (dynamic loss
         scaling).
     multi_precision : bool, default True
-        The optimizer keeps a float32 copy of every float16 parameter, applies the update
-        there and copies the result back rounded to float16. No effect on float32 parameters.
+        The optimizer updates a float32 copy of every float16 parameter and copies the result
+        back rounded to float16.
     learning_rate : float, default 0.05
         The learning rate.
 
     Returns
     -------
     mxnet.gluon.Trainer
-        The trainer.
 
     Raises
     ------
-    TypeError
-        If ``learning_rate`` is not a real number.
-    ValueError
-        For a bad ``dtype`` or a learning rate that is not positive and finite.
+    TypeError, ValueError
+        For a bad ``dtype``, or a learning rate that is not a positive finite number.
     RuntimeError
         For ``dtype="bfloat16"`` before ``amp.init`` (see :func:`~mptutor.mxnet.get_network`).
     """
@@ -177,10 +174,9 @@ def train(
 ) -> History:
     """Train a classifier with softmax cross-entropy, the same loop for every type.
 
-    Each batch is moved to the network's context and, for float16, cast to float16; the
-    output is cast to float32 before the loss. With bfloat16, MXNet AMP casts inside the
-    network and the loss goes through ``amp.scale_loss``. The test set is evaluated after each
-    epoch.
+    Batches are cast to float16 for a float16 network, outputs to float32 before the loss;
+    with bfloat16, MXNet AMP casts inside and the loss goes through ``amp.scale_loss``. The
+    test set is evaluated after each epoch.
 
     Parameters
     ----------
@@ -205,18 +201,14 @@ def train(
     Returns
     -------
     History
-        ``epochs`` (loss, accuracies, seconds, images per second, GPU memory of each epoch),
-        ``column(name)``, ``final``, ``table()`` and the ``trainer``; ``history`` itself,
-        extended, when it was given.
+        The epochs' statistics and the ``trainer``; ``history`` itself, extended, if given.
 
     Raises
     ------
-    TypeError
-        If ``epochs`` is not an int.
-    ValueError
-        If ``epochs`` is below 1, ``dtype`` is unknown, cannot run on the context (float16
-        on a CPU) or does not match the network or ``history``, or a data source yields no
-        batch.
+    TypeError, ValueError
+        If ``epochs`` is not an int of at least 1, ``dtype`` is unknown, cannot run on the
+        context (float16 on a CPU) or does not match the network or ``history``, or a data
+        source yields no batch.
     RuntimeError
         For float32 or float16 training after ``amp.init``, or bfloat16 training without it.
     """
@@ -369,10 +361,8 @@ def predict(
 
     Returns
     -------
-    predicted : numpy.ndarray
-        The class with the largest output for each image (int64).
-    labels : numpy.ndarray
-        The labels (int64), in the same order.
+    predicted, labels : numpy.ndarray
+        The class with the largest output for each image, and its label (int64).
 
     Raises
     ------
@@ -394,11 +384,10 @@ def refresh_statistics(
 ) -> int:
     """Fold training batches into every BatchNorm's running averages, the weights left fixed.
 
-    Each batch goes through the network in training mode and back (MXNet 1.9 updates a
-    BatchNorm's running mean and variance in its backward pass); no optimizer step is taken.
-    With BatchNorm's momentum ``m``, what the averages held before weighs ``m**batches``
-    afterwards. Scoring the network before and after tells running averages that lag behind
-    the weights (the accuracy jumps) from weights that have not learned (it does not).
+    Each batch goes forward in training mode and back (MXNet 1.9 updates the running averages
+    in the backward pass), with no optimizer step: what the averages held weighs
+    ``momentum**batches`` afterwards. Scoring before and after tells lagging averages (the
+    accuracy jumps) from weights that have not learned.
 
     Parameters
     ----------
@@ -418,8 +407,9 @@ def refresh_statistics(
 
     Raises
     ------
-    ValueError
-        If ``batches`` is below 1, ``data`` yields no batch, or float16 is asked for on a CPU.
+    TypeError, ValueError
+        If ``batches`` is not an int of at least 1, ``data`` yields no batch, or float16 is
+        asked for on a CPU.
     """
     batches = check_scalar(batches, "batches", int, min_val=1)
     ctx, dtype = _where_and_how(net, dtype)
