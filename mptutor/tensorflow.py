@@ -1,11 +1,8 @@
 """TensorFlow / Keras 3 helpers: where TensorFlow computes, and a loss-scaled GradientTape step.
 
 Import it before TensorFlow itself (``from mptutor import tensorflow as mtf``): it sets
-``TF_CPP_MIN_LOG_LEVEL=3`` unless set, and drops the notice TensorFlow prints on standard error
-at import ("oneDNN custom operations are on ..."); anything else printed is passed on.
-:func:`device` names where TensorFlow computes; sizes by it: ``hardware.pick(cpu, gpu,
-on=mtf.device())``. :class:`LossScaledStep` runs any :class:`mptutor.scaling.LossScaler` in a
-``tf.GradientTape`` loop, step for step as Keras's ``LossScaleOptimizer`` does.
+``TF_CPP_MIN_LOG_LEVEL=3`` unless set, and drops TensorFlow's import notices on standard error
+("oneDNN custom operations are on ..."); anything else printed is passed on.
 """
 
 from __future__ import annotations
@@ -65,14 +62,13 @@ def _gpu_available() -> bool:
 def device() -> str:
     """Return where TensorFlow computes: ``"/GPU:0"`` or ``"/CPU:0"``; on the CPU, hide the GPUs.
 
-    The GPU when TensorFlow lists one and ``MPTUTOR_DEVICE=cpu`` is not set. On the CPU path
-    every GPU is hidden from TensorFlow, so that nothing lands on one by default: call it before
-    TensorFlow has run anything.
+    The GPU when TensorFlow lists one and ``MPTUTOR_DEVICE=cpu`` is not set; otherwise every GPU
+    is hidden from TensorFlow (call it before TensorFlow has run anything).
 
     Returns
     -------
     str
-        ``"/GPU:0"`` or ``"/CPU:0"``, for ``tf.device``.
+        For ``tf.device`` and ``hardware.pick(cpu, gpu, on=mtf.device())``.
 
     Raises
     ------
@@ -97,11 +93,10 @@ def device() -> str:
 class LossScaledStep:
     """One training step with loss scaling in a ``tf.GradientTape`` loop.
 
-    The float32 loss is multiplied by the scaler's scale; the gradients are divided by it,
-    checked for inf/NaN (one host read per step) and applied only if all are finite; the scaler
-    then adjusts the scale. As Keras 3's ``LossScaleOptimizer`` does (the tests hold it against
-    it), it sets the optimizer's ``loss_scale_factor`` to ``None``, and variables marked
-    ``overwrite_with_gradient`` (float8 scales and amax histories) take their gradient as it is.
+    The float32 loss is multiplied by the scale; the gradients are divided by it, checked for
+    inf/NaN (one host read) and applied only if all are finite. As Keras 3's
+    ``LossScaleOptimizer``: the optimizer's ``loss_scale_factor`` is set to ``None``, and
+    variables marked ``overwrite_with_gradient`` (float8 scales, amaxes) take their gradient as is.
 
     Parameters
     ----------
@@ -112,10 +107,9 @@ class LossScaledStep:
     loss_fn : callable
         ``loss_fn(y_true, y_pred) -> scalar tensor`` (a Keras loss with its default reduction).
     loss_scaler : mptutor.scaling.LossScaler, optional
-        Any scaler with the :class:`~mptutor.scaling.LossScaler` protocol; a
-        :class:`~mptutor.scaling.DynamicLossScaler` with Keras's defaults (initial scale
-        ``2**15``, growth every 2000 clean steps) and a floor of 1 when omitted. Its scale must
-        stay a normal float32 number, at least ``2**-126``: TensorFlow flushes smaller ones to 0.
+        By default a :class:`~mptutor.scaling.DynamicLossScaler` with Keras's defaults (``2**15``,
+        growth every 2000 steps), floor 1. Its scale must stay at least ``2**-126`` (TensorFlow
+        flushes smaller float32 numbers to 0).
     clip_norm : float, optional
         Clip the global norm of the unscaled gradients to this value.
     compile : bool, optional
@@ -124,9 +118,8 @@ class LossScaledStep:
     Raises
     ------
     TypeError
-        If an argument is not of its kind (a model, a Keras 3 optimizer, a callable, a loss
-        scaler instance, a bool), or ``optimizer`` is a ``LossScaleOptimizer`` (the loss would
-        be scaled twice).
+        If an argument is not of its kind, or ``optimizer`` is a ``LossScaleOptimizer`` (the
+        loss would be scaled twice).
     ValueError
         If ``clip_norm`` is not a positive finite number, or the scaler's ``min_scale`` is below
         ``2**-126``.
@@ -208,9 +201,7 @@ class LossScaledStep:
         ------
         ValueError
             If the model has no trainable variables, the loss is not a scalar or depends on
-            none of them, or the scaler's scale is not a float32 number in
-            ``[2**-126, FLOAT32_MAX]``. Nothing has changed then: not the weights, not the
-            optimizer, not the scaler.
+            none of them, or the scale is outside ``[2**-126, FLOAT32_MAX]``; nothing changes.
         """
         if not self.model.trainable_variables:
             if not self.model.built:

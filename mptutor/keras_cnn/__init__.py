@@ -1,10 +1,8 @@
 """The Keras CNN experiment of notebook keras/02 and ``benchmarks/keras_cnn_experiment.py``.
 
-The post's CNN and a changed one (:func:`build_model`), what their layers cost counted from the
-shapes (:func:`layer_costs`, :func:`training_flops`, :func:`roofline_table`), and a training step
-timed and profiled layer by layer with the device waited for (:func:`time_step`,
-:func:`profile_layers`). It imports Keras on whichever backend is active (``KERAS_BACKEND``),
-and TensorFlow only when that is the backend; ``import mptutor`` does not import it.
+The post's CNN and a changed one, their layers' costs counted from the shapes, and a training
+step timed and profiled layer by layer. It imports Keras on the active backend
+(``KERAS_BACKEND``), and TensorFlow only when that is the backend.
 """
 
 import os

@@ -33,27 +33,12 @@ _FLOPS_PER_VALUE = {
 #: the FP32 units, of the TF32 and FP16 Tensor Cores, and bytes/s of the GPU memory and of the
 #: host link in one direction (PCIe 3.0 x16 for the V100s, PCIe 5.0 x16 for the H100).
 DATASHEETS: dict[str, dict[str, float | None]] = {
-    "V100 SXM2": {
-        "fp32": 15.7e12,
-        "tf32": None,
-        "fp16 tensor": 125e12,
-        "memory": 900e9,
-        "host link": 16e9,
-    },
-    "V100 PCIe": {
-        "fp32": 14e12,
-        "tf32": None,
-        "fp16 tensor": 112e12,
-        "memory": 900e9,
-        "host link": 16e9,
-    },
-    "H100 SXM5": {
-        "fp32": 67e12,
-        "tf32": 495e12,
-        "fp16 tensor": 990e12,
-        "memory": 3.35e12,
-        "host link": 64e9,
-    },
+    gpu: dict(zip(("fp32", "tf32", "fp16 tensor", "memory", "host link"), rates, strict=True))
+    for gpu, rates in (
+        ("V100 SXM2", (15.7e12, None, 125e12, 900e9, 16e9)),
+        ("V100 PCIe", (14e12, None, 112e12, 900e9, 16e9)),
+        ("H100 SXM5", (67e12, 495e12, 990e12, 3.35e12, 64e9)),
+    )
 }
 
 # A precision of formats.PRECISIONS: (the data sheet rate of the layers that meet the channel
@@ -68,9 +53,8 @@ def _values(shape: Any) -> int:
 def layer_flops(layer: keras.layers.Layer, batch_size: int = 1) -> int:
     """Count the FLOPs of one forward pass of a layer.
 
-    A convolution does ``2 * kh * kw * C_in`` FLOPs per output value and a dense layer
-    ``2 * C_in`` (a multiply and an add per weight; bias and fused ReLU not counted); other
-    layers a few per value (BatchNorm 5, softmax 5, pooling and rescaling 1), or none.
+    ``2 * kh * kw * C_in`` per output value of a convolution, ``2 * C_in`` of a dense layer (bias
+    and fused ReLU not counted); BatchNorm and softmax 5, pooling and rescaling 1 per value.
 
     Parameters
     ----------
@@ -82,7 +66,6 @@ def layer_flops(layer: keras.layers.Layer, batch_size: int = 1) -> int:
     Returns
     -------
     int
-        FLOPs.
     """
     batch_size = check_scalar(batch_size, "batch_size", int, min_val=1)
     n_out = batch_size * _values(layer.output.shape)
@@ -101,9 +84,8 @@ def layer_flops(layer: keras.layers.Layer, batch_size: int = 1) -> int:
 def layer_costs(model: keras.Model, batch_size: int = 128) -> list[dict[str, Any]]:
     """Tabulate FLOPs, bytes moved and arithmetic intensity of each layer's forward pass.
 
-    The bytes are one read of the input and the weights (all of them, BatchNorm's moving
-    statistics included) and one write of the output, in the compute dtype: the least that
-    any implementation must move.
+    The bytes: one read of the input and all weights, one write of the output, in the compute
+    dtype (the least any implementation moves).
 
     Parameters
     ----------
@@ -155,10 +137,8 @@ def _training_passes(model: keras.Model) -> dict[str, int]:
 def training_flops(model: keras.Model, batch_size: int = 1) -> int:
     """Count the FLOPs of one training step: forward and backward passes of every layer.
 
-    The backward pass of a layer computes the gradient of its weights (as much arithmetic as
-    its forward pass) and, when a trainable layer comes before it, the gradient of its input
-    (as much again). So a trainable layer counts 3 forward passes, the first trainable one 2,
-    a layer without weights after a trainable one 2, and a layer before every trainable one 1.
+    A backward pass computes the weights' gradient (one forward pass's arithmetic) and, after a
+    trainable layer, the input's (as much again): a layer counts 1 to 3 forward passes.
 
     Parameters
     ----------
@@ -177,12 +157,11 @@ def training_flops(model: keras.Model, batch_size: int = 1) -> int:
 
 
 def tensor_core_check(model: keras.Model, batch_size: int = 128) -> list[dict[str, Any]]:
-    """List the matrix products of the convolutions and dense layers and the channel rule.
+    """List the GEMMs of the convolutions and dense layers, and NVIDIA's channel rule.
 
-    A convolution runs as an implicit GEMM with ``M = batch * H_out * W_out`` output positions,
-    ``N = C_out`` filters and a reduction over ``K = kh * kw * C_in``; a dense layer as one with
-    ``M = batch``, ``N = units``, ``K = C_in``. NVIDIA's rule for FP16 Tensor Cores: ``C_in``
-    and ``C_out`` multiples of 8.
+    A convolution is an implicit GEMM, ``M = batch * H_out * W_out``, ``N = C_out``,
+    ``K = kh * kw * C_in``; a dense layer ``M = batch``, ``N = units``, ``K = C_in``. The rule
+    for FP16 Tensor Cores: ``C_in`` and ``C_out`` multiples of 8.
 
     Parameters
     ----------
@@ -226,13 +205,11 @@ def tensor_core_check(model: keras.Model, batch_size: int = 128) -> list[dict[st
 def roofline(
     model: keras.Model, gpu: str, precision: str, batch_size: int = 128
 ) -> dict[str, float]:
-    """Estimate the seconds of one training step on a GPU from its data sheet, by part.
+    """Estimate the seconds of one training step on a GPU from its data sheet, by part: a best case.
 
-    Each layer takes the longer of its FLOPs at the peak rate and its bytes at the memory
-    bandwidth, times its passes (:func:`training_flops`). Convolutions and dense layers that meet
-    the channel rule get the precision's rate (Tensor Cores for ``tf32`` and ``amp_fp16``);
-    every other layer the FP32 rate. The host copy is the input batch, in the model's input dtype,
-    over the host link. No launch costs, no framework overhead: a best case.
+    Each layer takes the longer of its FLOPs at the peak rate (the precision's for convolutions
+    and dense layers meeting the channel rule, else FP32's) and its bytes at the memory
+    bandwidth, times its passes; the host copy is the input batch over the host link.
 
     Parameters
     ----------
@@ -241,8 +218,7 @@ def roofline(
     gpu : str
         A key of :data:`DATASHEETS`.
     precision : {"fp32", "tf32", "amp_fp16"}
-        A precision of :data:`mptutor.formats.PRECISIONS`: strict FP32 (the ``float32``
-        policy, TF32 off), TF32, or the ``mixed_float16`` policy.
+        A precision of :data:`mptutor.formats.PRECISIONS` (``amp_fp16``: ``mixed_float16``).
     batch_size : int, optional
         Images in the batch.
 
@@ -254,11 +230,9 @@ def roofline(
 
     Raises
     ------
-    TypeError
-        If ``precision`` is not a string.
-    ValueError
-        If ``gpu`` or ``precision`` is unknown, or the data sheet of ``gpu`` has no rate for
-        ``precision``.
+    TypeError, ValueError
+        If ``gpu`` or ``precision`` is unknown (or not a string), or the data sheet of ``gpu``
+        has no rate for ``precision``.
     """
     if gpu not in DATASHEETS:
         raise ValueError(f"unknown GPU {gpu!r}; data sheets: {', '.join(DATASHEETS)}")

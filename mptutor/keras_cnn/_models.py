@@ -128,10 +128,8 @@ def make_batch(
 
     Returns
     -------
-    images : numpy.ndarray
-        Shape ``(size, image_size, image_size, 3)``.
-    labels : numpy.ndarray
-        Shape ``(size,)``, int32 in ``[0, 10)``.
+    images, labels : numpy.ndarray
+        Shapes ``(size, image_size, image_size, 3)`` and ``(size,)`` (int32 in ``[0, 10)``).
 
     Raises
     ------

@@ -18,12 +18,10 @@ __all__ = ["block", "time_step", "profile_layers", "plot_step_times"]
 
 
 def block(value: Any) -> Any:
-    """Wait until the backend has computed ``value``, then return it.
+    """Wait until the backend has computed ``value`` (a GPU runs queued kernels later), return it.
 
-    A GPU runs the kernels that a call queued after the call has returned; without this wait a
-    timed call measures only how long it takes to queue them. TensorFlow waits with
-    ``tf.test.experimental.sync_devices()``, PyTorch with ``torch.cuda.synchronize()``, JAX
-    with ``jax.block_until_ready``.
+    TensorFlow waits with ``tf.test.experimental.sync_devices()``, PyTorch with
+    ``torch.cuda.synchronize()``, JAX with ``jax.block_until_ready``.
 
     Parameters
     ----------
@@ -60,10 +58,7 @@ def _detach(x: Any) -> Any:
 def time_step(
     model: keras.Model, x: Any, y: Any, repeats: int = 10, warmup: int = 2
 ) -> bench.Timing:
-    """Time ``model.train_on_batch(x, y)``: warm-up calls, then timed calls.
-
-    ``train_on_batch`` returns the loss as a NumPy value, so each call waits for the device.
-    The first warm-up call traces the step into a graph; the next ones warm the allocator.
+    """Time ``model.train_on_batch(x, y)`` (it waits for the device): warm-up calls, then timed.
 
     Parameters
     ----------
@@ -80,7 +75,6 @@ def time_step(
     Returns
     -------
     mptutor.bench.Timing
-        The times of the timed calls.
     """
     return bench.time_fn(lambda: model.train_on_batch(x, y), repeats=repeats, warmup=warmup)
 
@@ -124,12 +118,9 @@ def profile_layers(
 ) -> list[dict[str, Any]]:
     """Time each layer's forward pass, and its forward and backward pass, one layer at a time.
 
-    Each layer runs on the output of the one before it. The backward pass computes the
-    gradients of the layer's weights and, where a trainable layer comes before it, of its input
-    (the first convolution's input gradient is never needed). Every timed call waits for the
-    device (:func:`block`): without that, a GPU timing measures only the kernel launches. The
-    layers run eagerly, one call each, so each timing includes the per-call overhead that a
-    traced training step avoids.
+    Each layer runs on the previous one's output; the backward pass computes its weights'
+    gradients and, after a trainable layer, its input's. Every call waits for the device
+    (:func:`block`) and runs eagerly, with the per-call overhead a traced step avoids.
 
     Parameters
     ----------
@@ -183,11 +174,8 @@ _MARKERS = "o^sDv"
 def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure:
     """Plot step time and throughput against batch size, both axes logarithmic.
 
-    One colour and marker shape per run; a solid line with filled markers for ``fp32``, other
-    line styles with open markers for the other precisions, so that lines lying on top of each
-    other stay visible. The batch sizes label the x axis and round values the y axes (1, 2, 3
-    and 5 times each power of ten, or evenly spaced ones over a narrow range), so that values
-    can be read off.
+    One colour and marker per run; ``fp32`` solid with filled markers, other precisions other
+    line styles with open markers (lines on top of each other stay visible); round tick values.
 
     Parameters
     ----------
