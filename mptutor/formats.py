@@ -91,7 +91,7 @@ PRECISIONS: dict[str, str] = {
 
 
 def precision(name: str) -> str:
-    """Check a precision's name and give its one spelling (``"fp8-e4m3"`` -> ``"fp8_e4m3"``).
+    """Return the key of :data:`PRECISIONS` that ``name`` spells (``"FP8-e4m3"``: ``"fp8_e4m3"``).
 
     Parameters
     ----------
@@ -101,7 +101,6 @@ def precision(name: str) -> str:
     Returns
     -------
     str
-        The key of :data:`PRECISIONS`.
 
     Raises
     ------
@@ -128,8 +127,8 @@ def dtype_name(x: Any) -> str:
     Returns
     -------
     str
-        NumPy's name of the dtype (``"float16"``, ``"bfloat16"``); a spelling of a known format
-        gives NumPy's name of it, other text is returned as given (``"mixed_float16"`` stays).
+        NumPy's name of the dtype (``"float16"``, ``"bfloat16"``); other text is returned as
+        given (``"mixed_float16"`` stays).
 
     Raises
     ------
@@ -205,11 +204,8 @@ class Format:
     def lost_update_ratio(self) -> float:
         """Largest ``|update / weight|`` that *can* be rounded away: ``2**-(mantissa_bits + 1)``.
 
-        An update ``dw`` leaves a weight ``w`` unchanged when it is at most half the spacing at
-        ``w``. Relative to ``w`` that is ``2**-(mantissa_bits + 1)`` at a power of two and
-        shrinks towards ``2**-(mantissa_bits + 2)`` (:attr:`always_lost_update_ratio`) just
-        below the next. Updates up to the latter are always lost, those between the two are lost
-        or kept depending on ``w``, larger ones always change it.
+        Half the spacing at ``w``, relative to ``w``: this at a power of two, shrinking towards
+        :attr:`always_lost_update_ratio` just below the next; in between, lost or kept by ``w``.
         """
         return self.eps / 2
 
@@ -267,7 +263,6 @@ def get(fmt: Any) -> Format:
     Returns
     -------
     Format
-        The format's properties.
 
     Raises
     ------
@@ -309,7 +304,7 @@ def all_formats(block: bool = False) -> list[Format]:
 
 
 def table(fmts: Any = None) -> Table:
-    """Tabulate the formats' properties.
+    """Tabulate the formats' properties: bits, range, epsilon, powers of two, lost updates.
 
     Parameters
     ----------
@@ -319,8 +314,6 @@ def table(fmts: Any = None) -> Table:
     Returns
     -------
     Table
-        One row per format: bits, range, epsilon, powers of two, and the ratios ``|dw/w|`` at
-        or below which an update is always lost or can be (:attr:`Format.lost_update_ratio`).
     """
     if isinstance(fmts, (str, Format)) or not (fmts is None or isinstance(fmts, Iterable)):
         fmts = [fmts]  # one format alone
@@ -380,10 +373,9 @@ def _has_nan(dtype: np.dtype) -> bool:
 
 
 def round_to(x: Any, fmt: Any) -> np.ndarray | np.generic:
-    """Round values to the nearest value of a format, correctly (round half to even).
+    """Round values to the nearest value of a format, once, from their exact values (half to even).
 
-    Each value is rounded once, from its exact value (a float64 is not read as float32 first),
-    subnormals included; values below half the smallest subnormal become zero of their sign.
+    Subnormals included; below half the smallest subnormal, zero of the value's sign.
 
     Parameters
     ----------
@@ -395,9 +387,8 @@ def round_to(x: Any, fmt: Any) -> np.ndarray | np.generic:
     Returns
     -------
     numpy.ndarray or numpy scalar
-        ``x`` in the format's dtype and shape. Beyond the largest finite value: ``inf`` where the
-        format has infinities, NaN in ``fp8_e4m3`` (the non-saturating OCP FP8 conversion), the
-        largest value of its sign in formats with neither (FP6, FP4).
+        ``x`` in the format's dtype and shape. Beyond the largest value: ``inf``, NaN in
+        ``fp8_e4m3`` (OCP's non-saturating conversion), the largest value in FP6 and FP4.
 
     Raises
     ------
@@ -467,10 +458,7 @@ def ulp(x: Any, fmt: Any) -> np.ndarray | np.float64:
 
 
 def update_survives(weight: Any, update: Any, fmt: Any) -> np.ndarray | np.bool_:
-    """Whether ``weight + update`` computed in a format differs from ``weight``.
-
-    Both are rounded to the format, added exactly and the sum rounded to the format, as a fused
-    FP16 (or BF16, FP8) add does.
+    """Whether ``weight + update`` in a format (both rounded to it, the sum too) changes ``weight``.
 
     Parameters
     ----------
@@ -522,7 +510,7 @@ def lost_update_ratio(fmt: Any) -> float:
     Returns
     -------
     float
-        ``2**-(mantissa_bits + 1)``: ``2**-11`` for fp16 (see :attr:`Format.lost_update_ratio`).
+        ``2**-(mantissa_bits + 1)``: ``2**-11`` for fp16 (:attr:`Format.lost_update_ratio`).
     """
     return get(fmt).lost_update_ratio
 
@@ -563,8 +551,8 @@ def representable_values(low: float, high: float, fmt: Any, limit: int = 100_000
     Raises
     ------
     TypeError, ValueError
-        If an end is not a finite number, ``high < low``, or ``limit`` is not an int >= 1 or
-        is exceeded.
+        If an end is not a finite number, ``high < low``, or ``limit`` is not an int >= 1 or is
+        exceeded.
     """
     f = get(fmt)
     low = check_scalar(low, "low")
