@@ -16,7 +16,8 @@ from torch import nn
 
 from mptutor import fp8, hadamard
 from mptutor._checks import _short, check_scalar, check_type
-from mptutor.torch._fp8 import FP8Linear
+from mptutor.torch._fp8 import _linear
+from mptutor.torch._headroom import _check_generator
 from mptutor.torch._swap import swap_linears
 
 __all__ = ["nvfp4_fake_quantize", "hadamard_transform", "FP4Linear", "to_fp4"]
@@ -33,17 +34,6 @@ def _check_tensor(t: Any, name: str = "t") -> None:
     if not t.is_floating_point() or t.dtype.itemsize < 2:
         raise TypeError(
             f"{name} must be a float64, float32, bfloat16 or float16 tensor, got dtype {t.dtype}"
-        )
-
-
-def _check_generator(generator: Any, t: torch.Tensor) -> None:
-    if generator is None:
-        return
-    check_type(generator, "generator", torch.Generator, "a torch.Generator or None")
-    if generator.device.type != t.device.type:
-        raise ValueError(
-            f"generator is on {generator.device}, t on {t.device}: pass a generator made "
-            f"with torch.Generator(device={t.device.type!r})"
         )
 
 
@@ -165,7 +155,7 @@ def nvfp4_fake_quantize(
     _check_tensor(t)
     block_shape = fp8._block_shape(block_shape)
     stochastic = fp8._rounding(rounding) == "stochastic"
-    _check_generator(generator, t)
+    _check_generator(generator, t, "t")
     if isinstance(dim, bool) or dim not in (-1, -2) or (dim == -2 and block_shape != (1, 16)):
         raise ValueError(f"dim must be -1, or -2 with block_shape (1, 16), got {_short(dim)}")
     if dim == -2 and t.dim() < 2:
@@ -353,26 +343,8 @@ class FP4Linear(nn.Linear):
         return self._generators[device]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Apply the layer: ``Q(x) @ Q(weight).T + bias``.
-
-        Raises
-        ------
-        TypeError
-            If ``x`` is not a floating-point tensor.
-        ValueError
-            If the last axis of ``x`` is not ``in_features`` long, or ``x`` is on another
-            device; nothing has changed then.
-        """
-        FP8Linear._check_input(self, x)  # the same checks, the same messages
-        x2 = x.reshape(-1, self.in_features)
-        if x2.shape[0] == 0:  # an empty batch: an empty output, as nn.Linear gives
-            kind = x.device.type
-            dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
-            out = x2.to(dtype) @ self.weight.to(dtype).t()
-        else:
-            out = _FP4Matmul.apply(x2, self.weight, self)
-        out = out.reshape(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias.to(out.dtype)
+        """Apply the layer: ``Q(x) @ Q(weight).T + bias``; refuse ``x`` as ``FP8Linear`` does."""
+        return _linear(self, x, lambda x2: _FP4Matmul.apply(x2, self.weight, self))
 
     def extra_repr(self) -> str:
         """Describe the sizes and the recipe."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -150,24 +150,6 @@ class FP8Linear(nn.Linear):
         for name, value in state.items():
             setattr(self, name, value)
 
-    def _check_input(self, x: Any) -> None:
-        """Refuse an input ``nn.Linear`` would refuse, or one FP8 cannot take, before any work."""
-        check_type(x, "x", torch.Tensor, "a floating-point torch.Tensor")
-        if x.dtype not in _INPUT_DTYPES:  # FP8 itself included: the layer does the cast
-            raise TypeError(
-                "x must be a floating-point tensor (float32, bfloat16, float16 or float64), got "
-                f"dtype {x.dtype} (cast it first, e.g. x.float())"
-            )
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"x must have {self.in_features} values on its last axis (in_features), got shape "
-                f"{tuple(x.shape)}"
-            )
-        if x.device != self.weight.device:
-            raise ValueError(
-                f"x is on {x.device}, the layer on {self.weight.device}: move one of them"
-            )
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer: ``x @ weight.T + bias`` with the product in FP8.
 
@@ -179,13 +161,11 @@ class FP8Linear(nn.Linear):
             If the last axis of ``x`` is not ``in_features`` long, or ``x`` is on another
             device; nothing has changed then.
         """
-        self._check_input(x)
-        x2, w, one = x.reshape(-1, self.in_features), self.weight, torch.ones((), device=x.device)
-        if x2.shape[0] == 0:  # an empty batch: an empty output, nothing measured or recorded
-            kind = x.device.type
-            dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
-            out = (x2.to(dtype) @ w.to(dtype).t()).reshape(*x.shape[:-1], self.out_features)
-            return out if self.bias is None else out + self.bias.to(out.dtype)
+        return _linear(self, x, self._product)
+
+    def _product(self, x2: torch.Tensor) -> torch.Tensor:
+        """Return ``x2 @ weight.T`` in FP8 for the rows of a checked, non-empty input."""
+        w, one = self.weight, torch.ones((), device=x2.device)
         delayed, pending, state = self.scaling == "delayed", None, {}
         if self.scaling == "current":
             sx = _from_amax(_amax(x2), self._big("input"), 1.0)
@@ -203,8 +183,7 @@ class FP8Linear(nn.Linear):
             state |= self._next("input", _amax(x2)) | self._next("weight", _amax(w))
             self._commit(state)
             self.grad_amax.zero_()  # filled by this step's backward
-        out = out.reshape(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias.to(out.dtype)
+        return out
 
     def extra_repr(self) -> str:
         """Describe the sizes and the scaling recipe."""
@@ -212,6 +191,34 @@ class FP8Linear(nn.Linear):
         if self.scaling == "delayed":
             recipe += f", history_len={self.input_amax_history.numel()}"
         return f"{super().extra_repr()}, {recipe}"
+
+
+def _linear(layer: nn.Linear, x: Any, product: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Check ``x``, ``product`` of its rows (empty batch: plain), reshape it, add the bias."""
+    check_type(x, "x", torch.Tensor, "a floating-point torch.Tensor")
+    if x.dtype not in _INPUT_DTYPES:  # FP8 itself included: the layer does the cast
+        raise TypeError(
+            "x must be a floating-point tensor (float32, bfloat16, float16 or float64), got "
+            f"dtype {x.dtype} (cast it first, e.g. x.float())"
+        )
+    if x.dim() == 0 or x.shape[-1] != layer.in_features:
+        raise ValueError(
+            f"x must have {layer.in_features} values on its last axis (in_features), got shape "
+            f"{tuple(x.shape)}"
+        )
+    if x.device != layer.weight.device:
+        raise ValueError(
+            f"x is on {x.device}, the layer on {layer.weight.device}: move one of them"
+        )
+    x2 = x.reshape(-1, layer.in_features)
+    if x2.shape[0]:
+        out = product(x2)
+    else:  # an empty batch: an empty output, as nn.Linear gives; nothing measured or recorded
+        kind = x.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+        out = x2.to(dtype) @ layer.weight.to(dtype).t()
+    out = out.reshape(*x.shape[:-1], layer.out_features)
+    return out if layer.bias is None else out + layer.bias.to(out.dtype)
 
 
 def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.Module:

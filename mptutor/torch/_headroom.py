@@ -91,6 +91,18 @@ def headroom(model: nn.Module, fmt: Any = "fp16") -> _Headroom:
     return _Headroom(model, fmt)
 
 
+def _check_generator(generator: Any, t: torch.Tensor, name: str) -> None:
+    """Refuse a ``generator`` that is neither None nor a torch.Generator on ``t``'s device."""
+    if generator is None:
+        return
+    check_type(generator, "generator", torch.Generator, "a torch.Generator or None")
+    if generator.device.type != t.device.type:
+        raise ValueError(
+            f"generator is on {generator.device}, {name} on {t.device}: pass a generator made "
+            f"with torch.Generator(device={t.device.type!r})"
+        )
+
+
 def stochastic_round(
     x: torch.Tensor, dtype: torch.dtype = torch.bfloat16, generator: torch.Generator | None = None
 ) -> torch.Tensor:
@@ -126,13 +138,7 @@ def stochastic_round(
         raise TypeError(f"x must be a floating-point torch.Tensor, got dtype {x.dtype}")
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype!r}")
-    if generator is not None:
-        check_type(generator, "generator", torch.Generator, "a torch.Generator or None")
-        if generator.device.type != x.device.type:
-            raise ValueError(
-                f"generator is on {generator.device}, x on {x.device}: pass a generator made "
-                f"with torch.Generator(device={x.device.type!r})"
-            )
+    _check_generator(generator, x, "x")
     fmt = formats.get(dtype)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     with torch.no_grad():
