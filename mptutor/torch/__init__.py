@@ -69,7 +69,7 @@ def device() -> str:
     Returns
     -------
     str
-        ``"cuda"`` or ``"cpu"``, to pass as ``device=`` or to ``.to(...)``.
+        ``"cuda"`` or ``"cpu"``.
 
     Raises
     ------

@@ -20,18 +20,16 @@ __all__ = ["Decoder", "MarkovChain", "next_token_loss"]
 class MarkovChain:
     """A fixed random order-2 Markov chain over ``vocab`` tokens, drawn once from a seed.
 
-    ``P[a, b]`` is the distribution of the token that follows the tokens ``a, b``: a softmax of
-    ``sharpness`` times standard normal numbers. Because the chain is known, so is the best
-    possible loss of a model trained on its sequences: the chain's own cross-entropy
-    (:meth:`floor_loss`).
+    ``P[a, b]``, the distribution of the token after ``a, b``, is a softmax of ``sharpness``
+    times standard normal numbers. The best possible loss is known: :meth:`floor_loss`.
 
     Parameters
     ----------
     vocab : int, optional
         Number of tokens, at least 2.
     length : int, optional
-        Tokens a model reads; :meth:`sample` draws sequences of ``length + 1`` tokens (the
-        inputs and, shifted by one, the next tokens). At least 3.
+        Tokens a model reads, at least 3; :meth:`sample` draws ``length + 1`` (inputs and
+        next tokens).
     seed : int, optional
         Seed of the chain's probabilities.
     sharpness : float, optional
@@ -48,10 +46,9 @@ class MarkovChain:
                                                        generator=gen), dim=-1)
 
     def sample(self, n: int, seed: int) -> torch.Tensor:
-        """Draw ``n`` sequences of ``length + 1`` tokens (int64, on the CPU) from a seed.
+        """Draw ``n`` sequences of ``length + 1`` tokens (int64, CPU), the same on every machine.
 
         The first two tokens are uniform; each later one follows ``P`` given the two before it.
-        The same ``n`` and ``seed`` give the same sequences on every machine.
         """
         n = check_scalar(n, "n", int, min_val=1, max_val=2**31 - 1)
         seed = check_scalar(seed, "seed", int, min_val=0, max_val=2**63 - 1)
@@ -77,10 +74,9 @@ class MarkovChain:
         return x
 
     def floor_loss(self, x: torch.Tensor) -> torch.Tensor:
-        """Return the chain's own mean cross-entropy (nats) on the scored tokens ``x[:, 2:]``.
+        """Return the chain's own mean cross-entropy (nats) on ``x[:, 2:]``: the best loss there.
 
-        The best loss any model can reach in expectation; the same tokens that
-        :func:`next_token_loss` scores.
+        The same tokens as :func:`next_token_loss` scores.
         """
         x = self._check_sequences(x).cpu()
         return -self.P[x[:, :-2], x[:, 1:-1], x[:, 2:]].log().mean()
@@ -90,13 +86,11 @@ class MarkovChain:
 
 
 def next_token_loss(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy, in FP32, of the model's predictions for ``x[:, 2:]``.
+    """Mean cross-entropy, in FP32 whatever the logits' dtype, of the predictions for ``x[:, 2:]``.
 
     The model reads ``x[:, :-1]``; its logits at position ``t`` predict ``x[:, t + 1]``. Only
-    the tokens ``x[:, 2:]`` are scored, each predicted from the two tokens before it and all
-    earlier ones (the logits at positions 1 on): the first two tokens have no full context in an
-    order-2 chain. So the loss is comparable with :meth:`MarkovChain.floor_loss`. The logits are
-    converted to FP32 first, whatever their dtype: the log-softmax and its backward run in FP32.
+    the tokens with a full order-2 context are scored (positions 1 on), as in
+    :meth:`MarkovChain.floor_loss`.
     """
     check_type(logits, "logits", torch.Tensor, "a torch.Tensor")
     check_type(x, "x", torch.Tensor, "a torch.Tensor")
@@ -133,9 +127,8 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     """A LLaMA-style decoder: embeddings, ``layers`` blocks, a final RMSNorm, a linear head.
 
-    Token and learned position embeddings; each block is RMSNorm, causal multi-head attention
-    (``F.scaled_dot_product_attention``) and a SwiGLU feed-forward layer of width
-    ``4 * width``, each with a residual connection; no biases. Its linear layers are
+    Token and learned position embeddings; blocks of causal attention and a SwiGLU layer of
+    width ``4 * width``, each after an RMSNorm, with residuals; no biases. Its linear layers are
     ``blocks.i.qkv``, ``.out``, ``.gate``, ``.up``, ``.down`` and ``head``.
 
     Parameters

@@ -1,11 +1,9 @@
 """Run functions in a few ``torch.distributed`` processes on one machine, and clean up.
 
-The processes are started with ``spawn``, so the function must be importable by name,
-``"package.module:function"`` or ``"path/to/file.py:function"``. They join one process group and
-call it with ``(rank, world_size, device, *args)``; each rank's return value comes back. When a
-worker raises, dies or does not answer in time, or the caller is interrupted, every process is
-ended before the error reaches the caller: the other ranks may be waiting in a collective that
-will never complete. The workers' output goes to log files, returned with each result.
+The processes are spawned, so the function is named (``"package.module:function"`` or
+``"path/to/file.py:function"``) and called with ``(rank, world_size, device, *args)`` in one
+process group. When a worker raises, dies or times out, or the caller is interrupted, every
+process is ended before the error reaches the caller (the others may wait in a collective).
 """
 
 from __future__ import annotations
@@ -160,8 +158,7 @@ def _cleanup(processes: list[Any], workdir: Path) -> None:
 class Workers:
     """``world_size`` processes in one process group, kept for several calls (a context manager).
 
-    They start at the first :meth:`run` and stay until :meth:`close`, a failure, garbage
-    collection or the interpreter's exit.
+    They start at the first :meth:`run` and stay until :meth:`close` or a failure.
 
     Parameters
     ----------
@@ -176,8 +173,7 @@ class Workers:
     Raises
     ------
     TypeError, ValueError
-        If ``world_size`` is not a positive integer, ``timeout`` not a positive number, or
-        ``backend`` unknown.
+        For a ``world_size`` or ``timeout`` that is not positive, or an unknown ``backend``.
     """
 
     def __init__(
@@ -340,7 +336,7 @@ def launch(
     Returns
     -------
     object
-        As :meth:`Workers.run`.
+        As :meth:`Workers.run` (``results``, ``logs``, ``backend``, ``seconds``).
     """
     with Workers(world_size, backend, timeout) as workers:
         return workers.run(target, *args)

@@ -369,13 +369,8 @@ def to_fp4(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
 
     Raises
     ------
-    TypeError
-        If ``model`` is not a ``torch.nn.Module``, or ``skip`` not a collection of names.
-    ValueError
-        If ``model`` is itself a ``torch.nn.Linear``, ``skip`` names no linear layer of the
-        model, a layer to replace has sizes that are not multiples of 16, or an option is
-        refused. Every new layer is built before the first is put in: on any error the model
-        is unchanged.
+    TypeError, ValueError
+        As :func:`mptutor.torch.to_fp8`, and for a layer whose sizes are not multiples of 16.
     """
     seed = check_scalar(options.pop("seed", 0), "seed", int, min_val=0, max_val=2**62)
 

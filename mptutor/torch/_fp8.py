@@ -99,18 +99,9 @@ class FP8Linear(nn.Linear):
 
     Raises
     ------
-    TypeError
-        If ``in_features``, ``out_features`` or ``history_len`` is not an int.
-    ValueError
-        For sizes below 1, an unknown ``scaling`` or ``grad_format``, or ``history_len``
-        outside 1 to ``2**20``.
-
-    Notes
-    -----
-    A call checks its input first (a floating-point tensor whose last axis is
-    ``in_features``, on the weight's device) and refuses anything else with nothing changed;
-    an empty batch gives an empty output, as :class:`torch.nn.Linear` does, and leaves the
-    scaling state as it was.
+    TypeError, ValueError
+        For sizes or a ``history_len`` (1 to ``2**20``) that are not positive ints, or an
+        unknown ``scaling`` or ``grad_format``.
     """
 
     def __init__(
@@ -151,15 +142,13 @@ class FP8Linear(nn.Linear):
             setattr(self, name, value)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Apply the layer: ``x @ weight.T + bias`` with the product in FP8.
+        """Apply the layer: ``x @ weight.T + bias``, the product in FP8 (empty batch: empty output).
 
         Raises
         ------
-        TypeError
-            If ``x`` is not a floating-point tensor.
-        ValueError
-            If the last axis of ``x`` is not ``in_features`` long, or ``x`` is on another
-            device; nothing has changed then.
+        TypeError, ValueError
+            If ``x`` is not a floating-point tensor with ``in_features`` values on its last axis,
+            on the layer's device; nothing changes then.
         """
         return _linear(self, x, self._product)
 
@@ -237,9 +226,8 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
     TypeError
         If ``model`` is not a ``torch.nn.Module``, or ``skip`` not a collection of names.
     ValueError
-        If ``model`` is itself a ``torch.nn.Linear`` (there is no parent to put the new layer
-        in), ``skip`` names no linear layer of the model, or an option is refused. Every new
-        layer is built before the first is put in: on any error the model is unchanged.
+        If ``model`` is itself a ``torch.nn.Linear``, ``skip`` names no linear layer of the
+        model, or an option is refused; the model is then unchanged.
     """
 
     def build(name: str, k: int, old: nn.Linear) -> FP8Linear:

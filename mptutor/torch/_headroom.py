@@ -49,9 +49,8 @@ class _Headroom:
     def peaks(self) -> dict[str, float]:
         """Each module's largest |output| so far over the format's largest value (one host sync).
 
-        Qualified module names (``""`` for the model) in ``named_modules()`` order, for the
-        modules with a floating-point output; above 1 the format cannot hold it, ``inf`` means an
-        output was already infinite, ``nan`` that one held a NaN.
+        By name (``""``: the model), in ``named_modules()`` order; above 1 the format cannot hold
+        it; ``inf``, ``nan``: an output was infinite, or held a NaN.
         """
         names = [name for name in self._names.values() if name in self._amax]
         if not names:
@@ -64,11 +63,9 @@ class _Headroom:
 def headroom(model: nn.Module, fmt: Any = "fp16") -> _Headroom:
     """Watch how close every module's outputs come to the largest value of a format.
 
-    A context manager: inside it a forward hook on every module (the model itself named ``""``)
-    keeps the running maximum of its floating-point outputs' magnitudes on the device; on exit,
-    also when the body raises, the hooks are removed. ``.peaks`` (inside or after) maps each
-    module's name to that maximum over the format's largest finite value: a ratio creeping
-    towards 1 is an overflow on its way, seen before the first inf.
+    A context manager: inside it a forward hook on every module keeps its outputs' largest
+    magnitude on the device (the hooks go on exit). ``.peaks`` gives each module's over the
+    format's largest value: a ratio creeping towards 1 is an overflow on its way.
 
     Parameters
     ----------
@@ -85,8 +82,7 @@ def headroom(model: nn.Module, fmt: Any = "fp16") -> _Headroom:
     Raises
     ------
     TypeError, ValueError
-        If ``model`` is not a ``torch.nn.Module``, or ``fmt`` not a known format (a number is
-        none).
+        If ``model`` is not a ``torch.nn.Module``, or ``fmt`` not a known format.
     """
     return _Headroom(model, fmt)
 
@@ -108,10 +104,9 @@ def stochastic_round(
 ) -> torch.Tensor:
     """Round each value to one of its two neighbours in ``dtype``, unbiased on average.
 
-    A value between the neighbours ``lo < x < hi`` becomes ``hi`` with probability
-    ``(x - lo) / (hi - lo)``, else ``lo``: small updates added to 16-bit weights survive on
-    average. Values ``dtype`` holds come back unchanged (``-0.0`` and ``inf`` too), NaN stays
-    NaN; beyond the largest finite value, ``inf`` plays the next value up. No gradient flows.
+    ``lo < x < hi`` becomes ``hi`` with probability ``(x - lo) / (hi - lo)``: small updates to
+    16-bit weights survive on average. Values ``dtype`` holds (``-0.0``, ``inf``) and NaN stay;
+    beyond the largest value ``inf`` is the next one up. No gradient flows.
 
     Parameters
     ----------

@@ -37,9 +37,7 @@ _KEYS = {"master_params", "optimizer", "optimizer_type", "loss_scaler"}
 
 
 def bn_to_float(module: nn.Module) -> nn.Module:
-    """Convert a module's BatchNorm layers to FP32, in place (the talk's ``BN_convert_float``).
-
-    BatchNorm sums over the batch for its statistics; in FP32 those sums keep their precision.
+    """Convert a module's BatchNorm layers (batch sums) to FP32, in place (``BN_convert_float``).
 
     Returns
     -------
@@ -64,7 +62,7 @@ def network_to_half(module: nn.Module) -> nn.Module:
     Returns
     -------
     torch.nn.Module
-        ``module`` itself, ready for FP16 inputs.
+        ``module`` itself.
 
     Raises
     ------
@@ -125,9 +123,7 @@ def prep_param_lists(
 def model_grads_to_master_grads(
     model_params: Sequence[torch.Tensor], master_params: Sequence[torch.Tensor]
 ) -> None:
-    """Copy the model's (FP16) gradients into the FP32 master parameters' ``.grad``.
-
-    A parameter without a gradient gives its master ``grad = None``.
+    """Copy the model's (FP16) gradients into the FP32 masters' ``.grad`` (None stays None).
 
     Parameters
     ----------
@@ -194,9 +190,7 @@ def _masters_to_model(
 def gradient_stats(
     model: nn.Module | Iterable[torch.Tensor], fmt: Any = "fp16"
 ) -> gradients.GradientStats:
-    """Measure the gradients now in a model's ``.grad`` against a format.
-
-    :func:`mptutor.gradients.gradient_stats` of the gradients, copied to the host in FP32.
+    """:func:`mptutor.gradients.gradient_stats` of the gradients now in a model's ``.grad``.
 
     Parameters
     ----------
@@ -211,10 +205,8 @@ def gradient_stats(
 
     Raises
     ------
-    TypeError
-        If ``model`` is neither a module nor an iterable of tensors.
-    ValueError
-        If ``fmt`` is not a known format.
+    TypeError, ValueError
+        If ``model`` is neither a module nor an iterable of tensors, or ``fmt`` is unknown.
     """
     params = _tensors(model, "model")
     grads = [p.grad.detach().float().cpu().numpy() for p in params if p.grad is not None]
@@ -224,9 +216,9 @@ def gradient_stats(
 class MasterWeightOptimizer:
     """Train an FP16 (or BF16) model with FP32 master weights, loss scaling and skipped steps.
 
-    A step copies the gradients to the FP32 masters, unscales them and checks for inf/NaN in one
-    fused kernel, reads that flag on the host (one sync), then skips the update or clips, steps
-    and copies the masters into the model; the loss scaler adjusts the scale.
+    A step copies the gradients to the FP32 masters, unscales and checks them in one fused
+    kernel, reads the flag (one host sync), then skips the update or clips, steps and copies the
+    masters into the model.
 
     Parameters
     ----------
@@ -320,10 +312,8 @@ class MasterWeightOptimizer:
 
         Raises
         ------
-        TypeError
-            If ``loss`` is not a tensor.
-        ValueError
-            If it has more than one element.
+        TypeError, ValueError
+            If ``loss`` is not a tensor of one element.
         """
         check_type(loss, "loss", torch.Tensor, "a torch.Tensor with one element")
         if loss.numel() != 1:
@@ -360,10 +350,9 @@ class MasterWeightOptimizer:
 
     @staticmethod
     def step_all(*optimizers: MasterWeightOptimizer) -> list[bool]:
-        """Step several optimizers that share one loss scaler, updating the scale once.
+        """Step optimizers that share one loss scaler, updating the scale once (one host sync).
 
-        As ``torch.amp.GradScaler``: each steps unless its own gradients hold inf or NaN; the
-        scaler sees an overflow if any found one. One host sync.
+        As ``torch.amp.GradScaler``: each steps unless its own gradients hold inf or NaN.
 
         Returns
         -------
@@ -372,10 +361,9 @@ class MasterWeightOptimizer:
 
         Raises
         ------
-        TypeError
-            If an argument is not a :class:`MasterWeightOptimizer`.
-        ValueError
-            If none is given, one is given twice, or they do not share one scaler.
+        TypeError, ValueError
+            If an argument is not a :class:`MasterWeightOptimizer`, none is given, one is given
+            twice, or they do not share one scaler.
         RuntimeError
             As :meth:`step`.
         """
@@ -504,10 +492,8 @@ class MasterWeightOptimizer:
 
         Raises
         ------
-        TypeError
-            If ``path`` is not a ``str`` or path-like.
-        IsADirectoryError
-            If ``path`` is a directory.
+        TypeError, IsADirectoryError
+            If ``path`` is not a ``str`` or path-like, or is a directory.
         """
         check_type(path, "path", (str, os.PathLike), "a str or path-like file name")
         if Path(path).is_dir():
@@ -520,10 +506,8 @@ class MasterWeightOptimizer:
 
         Raises
         ------
-        TypeError
-            If ``path`` is not a ``str`` or path-like.
-        FileNotFoundError
-            If there is no such file.
+        TypeError, FileNotFoundError
+            If ``path`` is not a ``str`` or path-like, or there is no such file.
         ValueError
             If it is not a readable checkpoint or does not fit (see :meth:`load_state_dict`).
         """

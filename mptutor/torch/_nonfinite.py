@@ -188,10 +188,9 @@ def find_nonfinite(
     """Run the model with hooks and report the first place that produced an inf or NaN.
 
     Hooks on every module watch the forward pass; with ``loss_fn`` the loss is differentiated
-    (:func:`torch.autograd.grad`: no ``.grad`` is touched) with a hook on every autograd
-    operation. Values computed in a module's forward between its submodules are blamed on that
-    module; intended infinities (``-inf`` attention masks) are reported too. Afterwards, also
-    when the forward raises, the hooks are gone and the buffers are as they were.
+    (no ``.grad`` is touched) with a hook on every autograd operation. Values computed between
+    submodules are blamed on the parent; ``-inf`` masks count too. Afterwards the hooks are gone
+    and the buffers as they were.
 
     Parameters
     ----------
@@ -206,9 +205,8 @@ def find_nonfinite(
     -------
     record or None
         ``None`` when all was finite; else a record that prints as a sentence, with ``module``
-        (``""`` for the model's own code, ``"<loss_fn>"``), ``module_type``, ``phase``, ``dtype``,
-        ``op`` (autograd's, backward only), ``n_inf``, ``n_nan``, ``numel``, ``largest_finite``
-        and ``detail``.
+        (``""``: the model's own code; ``"<loss_fn>"``), ``module_type``, ``phase``, ``dtype``,
+        ``op`` (backward only), ``n_inf``, ``n_nan``, ``numel``, ``largest_finite``, ``detail``.
 
     Raises
     ------

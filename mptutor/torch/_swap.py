@@ -18,10 +18,9 @@ def swap_linears(
 ) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` not named in ``skip`` by ``build(name, k, old)``.
 
-    The k-th layer replaced, in the order of the names, is passed ``k``. The new layer takes
-    over the old one's ``weight`` and ``bias`` Parameter objects. Every new layer is built before
-    the first is put in, so on any error the model is unchanged. ``caller`` and ``layer`` (the
-    public function's and the new layer class's names) go into the error messages.
+    ``k`` counts in the order of the names; the new layer takes over the old one's Parameters.
+    All are built before the first is put in: on any error the model is unchanged. ``caller``
+    and ``layer`` name the public function and the new class in the messages.
     """
     check_type(model, "model", nn.Module, "a torch.nn.Module")
     if type(model) is nn.Linear:

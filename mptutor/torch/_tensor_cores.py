@@ -67,7 +67,7 @@ def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[_Kernel]
     Raises
     ------
     RuntimeError
-        If no CUDA GPU is available: Tensor Cores exist only there.
+        If no CUDA GPU is available.
     TypeError, ValueError
         If ``warmup`` is not an integer of at least 0.
     """
@@ -169,10 +169,9 @@ def _sizes(module: nn.Module) -> list[tuple[str, int, str]]:
 def tensor_core_audit(model: nn.Module) -> _Audit:
     """List the layers whose sizes keep FP16/BF16 GEMMs off the Tensor Core fast path.
 
-    cuBLAS and cuDNN reach their Tensor Core peak when every GEMM dimension is a multiple of 8
-    for FP16/BF16: ``Linear`` features, convolution channels (per group), attention and
-    recurrent sizes. ``Linear`` outputs and ``Embedding`` rows of 1000 or more are named
-    vocabulary-sized: padding a vocabulary with unused entries is free. Nothing runs.
+    Every GEMM dimension a multiple of 8: ``Linear`` features, convolution channels (per
+    group), attention and recurrent sizes; outputs and ``Embedding`` rows of 1000 or more are
+    vocabulary-sized (padding with unused entries is free). Nothing runs.
 
     Returns
     -------

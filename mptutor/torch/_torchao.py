@@ -32,10 +32,8 @@ def _quiet(names: tuple[str, ...]) -> Iterator[None]:
 def import_torchao() -> ModuleType:
     """Import torchao and the parts the lessons use, without its import-time log lines.
 
-    On a machine without a CUDA GPU torchao 0.18 logs a warning for every CUDA extension it
-    cannot load, and torch logs a deprecation warning for each Enum that torchao registers;
-    neither says anything about the CPU path. Only those two loggers are quieted, only while
-    importing; every later warning is shown as usual.
+    Only the two loggers above are quieted (CUDA extensions not loaded on a CPU machine, Enums
+    registered as pytree constants), only while importing.
 
     Returns
     -------
