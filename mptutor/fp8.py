@@ -102,8 +102,7 @@ def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -
     Returns
     -------
     float or numpy.ndarray
-        The scale (float64), clipped to float32's normal numbers (``2**-126`` to the largest
-        float32), as a scale kept in float32 must be; a float for a scalar ``amax``.
+        The scale (float64; a float for a scalar ``amax``), clipped to float32's normal numbers.
     """
     f = _format(fmt, "fmt")
     margin = _margin(margin)
@@ -121,9 +120,8 @@ def scale_from_amax(amax: Any, fmt: Any, margin: int = 0, previous: Any = 1.0) -
 def quantize(x: Any, fmt: Any, scale: Any) -> np.ndarray:
     """Cast ``x * scale`` to a format, rounding to nearest even and saturating at +-max.
 
-    The product (float32; float64 for float64 or integer ``x``) is clipped to +-max before the
-    cast, the same with every library and version (their casts differ: NaN, +-max or inf).
-    NaN stays NaN; FP6 and FP4 refuse it.
+    The product (float32; float64 for float64 or integer ``x``) is clipped before the cast, as
+    libraries' casts differ (NaN, +-max or inf). NaN stays NaN; FP6 and FP4 refuse it.
 
     Parameters
     ----------
@@ -137,7 +135,7 @@ def quantize(x: Any, fmt: Any, scale: Any) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        The values in the format's dtype (ml_dtypes for FP8, FP6, FP4).
+        In the format's dtype (ml_dtypes for FP8, FP6, FP4).
     """
     f = _format(fmt, "fmt")
     s = _scales(scale, "scale")
@@ -173,10 +171,9 @@ def dequantize(q: Any, scale: Any) -> np.ndarray:
 class DelayedScaling:
     """Delayed scaling: the scale of a step comes from the amaxes of the steps before it.
 
-    Read :attr:`scale` (first 1) to quantize this step's tensor, then :meth:`update` with its
-    amax: it joins a window of the last ``history_len``, and the next scale is
-    :func:`scale_from_amax` of the window's largest (``algo="max"``) or newest
-    (``"most_recent"``) amax. An amax of 0, inf or NaN keeps the scale and stays out.
+    Quantize a step's tensor with :attr:`scale` (first 1), then :meth:`update` with its amax:
+    the next scale is :func:`scale_from_amax` of the largest (``algo="max"``) or newest amax of
+    the last ``history_len``. An amax of 0, inf or NaN keeps the scale and stays out.
 
     Parameters
     ----------
@@ -222,8 +219,8 @@ class DelayedScaling:
     def update(self, amax: Any) -> float:
         """Record a step's amax (a float >= 0) and return the next step's :attr:`scale`.
 
-        A refused amax (negative, not one real number) leaves the window and the scale as they
-        were; so does an amax of 0, inf or NaN, by design.
+        A refused amax (negative, not one real number) changes nothing; nor, by design, 0, inf
+        or NaN.
         """
         arr = _real_array(amax, "amax")
         if arr.ndim != 0:
@@ -263,11 +260,10 @@ def mx_quantize(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Quantize to OCP Microscaling (MX): one power-of-two E8M0 scale per block of values.
 
-    Each block of ``block`` values along the last axis shares the scale ``2**e``: by the OCP
-    rule (``"floor"``) ``e = floor(log2(amax)) - emax`` (``emax`` the exponent of the element
-    format's largest binade; larger values saturate), by ``"rceil"`` the smallest ``e`` with
-    ``amax / 2**e <= max``. ``e`` is clipped to ``[-127, 127]`` (``2**-127`` for a block of
-    zeros); a block holding a NaN or an infinity gets a NaN scale.
+    Each block of ``block`` values along the last axis shares ``2**e``: by the OCP rule
+    (``"floor"``) ``e = floor(log2(amax)) - emax`` (``emax`` of the element format's largest
+    binade; larger values saturate), by ``"rceil"`` the smallest ``e`` with
+    ``amax / 2**e <= max``; clipped to ``[-127, 127]``; NaN for a block holding NaN or inf.
 
     Parameters
     ----------
@@ -314,7 +310,7 @@ def mx_dequantize(elements: Any, scales: Any, block: int = 32) -> np.ndarray:
     Parameters
     ----------
     elements, scales : array_like
-        As :func:`mx_quantize` returns them (any real or ml_dtypes dtype): one scale per block.
+        As :func:`mx_quantize` returns them: one scale per block.
     block : int, optional
         Values per block.
     """

@@ -31,22 +31,11 @@ class GradientStats:
         Number of values.
     zeros, nonfinite : int
         Values that are exactly zero; values that are inf or NaN.
-    underflow : int
-        Non-zero finite values that round to zero: at most half the smallest subnormal
-        (fp16: ``|g| <= 2**-25``; a tie rounds to the even zero).
-    subnormal : int
-        Values that round to a subnormal: kept, with fewer significant bits.
-    overflow : int
-        Finite values that round beyond the largest value (fp16: ``|g| >= 65520``): they become
-        inf (NaN in fp8_e4m3; FP6 and FP4 saturate at their largest value instead).
-    exponents : numpy.ndarray
-        ``floor(log2 |g|)`` of every non-zero finite value (int32).
-    magnitudes : numpy.ndarray
-        ``|g|`` of every non-zero finite value (float64), in the order of ``exponents``.
-
-    The three counts agree with :func:`mptutor.formats.round_to` value for value: a value
-    counts as underflow, subnormal or overflow exactly when its correctly rounded value in the
-    format is 0, a subnormal, or beyond the largest finite value.
+    underflow, subnormal, overflow : int
+        Values whose correctly rounded value (:func:`mptutor.formats.round_to`) is 0 (fp16:
+        ``|g| <= 2**-25``), a subnormal, or beyond the largest value (fp16: ``|g| >= 65520``).
+    exponents, magnitudes : numpy.ndarray
+        ``floor(log2 |g|)`` (int32) and ``|g|`` (float64) of every non-zero finite value.
     """
 
     fmt: str
@@ -60,12 +49,12 @@ class GradientStats:
     magnitudes: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def share(self, what: str) -> float:
-        """Return the share (0 to 1) of all values in one category, a field name above.
+        """Return the share (0 to 1) of all values in one of the five counts, named as above.
 
         Raises
         ------
         ValueError
-            For a name that is not one of the five counts.
+            For another name.
         """
         names = ("zeros", "nonfinite", "underflow", "subnormal", "overflow")
         if what not in names:
@@ -77,10 +66,8 @@ class GradientStats:
 
         Raises
         ------
-        ValueError
+        TypeError, ValueError
             If ``factor`` is not a positive power of two (exponents must shift exactly).
-        TypeError
-            If ``factor`` is not a real number.
         """
         name = "factor (a positive power of two)"
         shift = math.log2(check_scalar(factor, name, min_val=0, include_boundaries="neither"))
@@ -125,15 +112,12 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
     Returns
     -------
     GradientStats
-        Counts and exponents.
 
     Raises
     ------
-    TypeError
-        If ``values`` is not an array or a list of arrays of real numbers, or ``fmt`` is a
-        number.
-    ValueError
-        If ``fmt`` is not a known format, or is ``e8m0`` (it holds scales: no sign, no zero).
+    TypeError, ValueError
+        If ``values`` is not an array or a list of arrays of real numbers, or ``fmt`` is not a
+        known format or is ``e8m0`` (it holds scales: no sign, no zero).
     """
     f = check_format(fmt)
     if f.mantissa_bits == 0:

@@ -50,10 +50,9 @@ def _check(shape: tuple[int, ...], seed: Any, block: Any, inverse: Any, name: st
 
 
 def hadamard_matrix(n: int = 16) -> np.ndarray:
-    """Return the n x n Sylvester Hadamard matrix, normalised to be orthonormal.
+    """Return the n x n Sylvester Hadamard matrix over ``sqrt(n)``: symmetric, ``H @ H = I``.
 
-    ``H_1 = [1]``, ``H_2n = [[H_n, H_n], [H_n, -H_n]]``, divided by ``sqrt(n)``: every entry
-    is ``+-1/sqrt(n)``, the matrix is symmetric and ``H @ H = I``.
+    ``H_1 = [1]``, ``H_2n = [[H_n, H_n], [H_n, -H_n]]``.
 
     Parameters
     ----------
@@ -78,17 +77,14 @@ def hadamard_matrix(n: int = 16) -> np.ndarray:
 
 
 def random_signs(n: int = 16, seed: int | None = 0) -> np.ndarray:
-    """Return ``n`` random signs (+1.0 or -1.0, float64) drawn from ``seed``.
-
-    The same ``(n, seed)`` gives the same signs on every machine (NumPy's ``default_rng``);
-    ``seed=None`` gives all +1 (no randomisation).
+    """Return ``n`` random signs (+1.0 or -1.0, float64), the same on every machine for a seed.
 
     Parameters
     ----------
     n : int, optional
         How many, at least 1.
     seed : int or None, optional
-        An int >= 0, or None.
+        An int >= 0, or None (all +1).
     """
     n = check_scalar(n, "n", int, min_val=1, max_val=_MAX_N)
     seed = _seed(seed)
@@ -98,10 +94,7 @@ def random_signs(n: int = 16, seed: int | None = 0) -> np.ndarray:
 
 
 def random_hadamard(n: int = 16, seed: int | None = 0) -> np.ndarray:
-    """Return ``H @ diag(s)``: the Hadamard matrix with its columns' signs flipped at random.
-
-    Still orthonormal (a product of two orthogonal matrices): ``R @ R.T = R.T @ R = I``.
-    The signs are :func:`random_signs` of the same ``n`` and ``seed``.
+    """Return ``H @ diag(s)`` (``s`` :func:`random_signs`): still orthonormal, ``R.T @ R = I``.
 
     Parameters
     ----------
@@ -124,17 +117,15 @@ def hadamard_transform(
 ) -> np.ndarray:
     """Apply :func:`random_hadamard` to every block of ``block`` values along the last axis.
 
-    Each block, read as a column vector ``v``, becomes ``R @ v`` (``R.T @ v`` with
-    ``inverse=True``, which undoes it): for arrays ``a`` and ``b`` with the same last axis,
-    ``hadamard_transform(a) @ hadamard_transform(b).T`` equals ``a @ b.T`` up to rounding.
+    Each block, a column vector ``v``, becomes ``R @ v`` (``R.T @ v`` with ``inverse=True``):
+    ``hadamard_transform(a) @ hadamard_transform(b).T`` is ``a @ b.T`` up to rounding.
 
     Parameters
     ----------
     x : array_like
         Real values; the last axis a multiple of ``block``.
     seed : int or None, optional
-        Seed of the random signs (the same for every block); None for the plain Hadamard
-        matrix.
+        Seed of the signs (the same for every block); None for the plain Hadamard matrix.
     block : int, optional
         Block size, a power of two (16 in the NVFP4 recipes).
     inverse : bool, optional

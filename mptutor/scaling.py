@@ -1,11 +1,10 @@
 """Loss scaling without a framework: the dynamic loss-scale state machine of mixed precision.
 
-Loss scaling multiplies the loss by ``S`` before the backward pass, so that small FP16
-gradients do not underflow, and divides the gradients by ``S`` before the optimizer step. A
-dynamic scaler skips a step whose gradients hold inf or NaN and halves ``S``; after
-``growth_interval`` clean steps it doubles ``S``. :class:`DynamicLossScaler` follows
-``torch.amp.GradScaler`` bit for bit above its floor; :class:`StaticLossScaler` keeps one scale.
-Both provide :class:`LossScaler`, the protocol that the PyTorch, Keras and MXNet modules accept;
+The loss is multiplied by ``S`` before backward (small FP16 gradients do not underflow), the
+gradients divided by ``S`` before the step. A dynamic scaler skips a step whose gradients hold
+inf or NaN and halves ``S``, and doubles it after ``growth_interval`` clean steps, as
+``torch.amp.GradScaler`` does bit for bit (above its floor). Both scalers provide
+:class:`LossScaler`, the protocol the PyTorch, Keras and MXNet modules accept;
 ``docs/loss-scaling-notes.md`` compares the frameworks' own scalers.
 
 >>> s = DynamicLossScaler(init_scale=8.0, growth_interval=2)
@@ -94,12 +93,9 @@ class ScaleHistory:
     Attributes
     ----------
     first_step : int
-        Step number of ``scales[0]``: 0, or the step a scaler resumed at from a state dict
-        saved without its history.
-    scales : array.array of float (typecode ``"f"``)
-        The scale in force at each recorded step (the one the loss was multiplied by).
-    skipped : array.array of int (typecode ``"B"``)
-        1 where the step found inf/NaN gradients and the optimizer step was skipped, else 0.
+        Step number of ``scales[0]``: 0, or where a scaler resumed from a state without history.
+    scales, skipped : array.array
+        The scale of each recorded step (``"f"``), and 1 where the step was skipped (``"B"``).
 
     Examples
     --------
@@ -137,7 +133,7 @@ class ScaleHistory:
         Raises
         ------
         TypeError, ValueError
-            If ``scale`` is not a float32 scale or ``skipped`` not a bool; nothing is recorded.
+            If ``scale`` is not a float32 scale or ``skipped`` not a bool (nothing recorded).
         """
         scale = _scale_value("scale", scale)
         check_type(skipped, "skipped", (bool, np.bool_), "True or False")
@@ -149,13 +145,7 @@ class ScaleHistory:
         self.skipped.append(1 if skipped else 0)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Return the history as NumPy arrays, ready for ``plt.step(steps, scales)``.
-
-        Returns
-        -------
-        steps, scales, skipped : numpy.ndarray
-            Step numbers from ``first_step`` (int64), scales (float64), skipped or not (bool).
-        """
+        """Return the step numbers (int64), scales (float64) and skipped flags (bool) as arrays."""
         steps = np.arange(self.first_step, self.steps, dtype=np.int64)
         scales = np.frombuffer(self.scales, dtype=np.float32).astype(np.float64)
         return steps, scales, np.frombuffer(self.skipped, dtype=np.uint8).astype(bool)
@@ -197,11 +187,10 @@ class ScaleHistory:
 
 @runtime_checkable
 class LossScaler(Protocol):
-    """What every framework module needs of a loss scaler (both scalers here provide it).
+    """What the framework modules need of a loss scaler: multiply by :attr:`scale`, :meth:`update`.
 
-    A framework module multiplies the loss by :attr:`scale`, checks the scaled gradients for
-    inf/NaN, calls :meth:`update` with the answer, and applies the step only when it returns
-    ``True``. ``state_dict``/``load_state_dict`` put the scaler in checkpoints.
+    A step is applied only when :meth:`update` (told whether the gradients held inf/NaN) returns
+    ``True``; ``state_dict``/``load_state_dict`` put the scaler in checkpoints.
     """
 
     scale: float  # the scale to multiply the loss by
@@ -255,10 +244,7 @@ class _Scaler:
 
 
 class StaticLossScaler(_Scaler):
-    """A loss scale that never changes, with the same interface as :class:`DynamicLossScaler`.
-
-    A step whose gradients overflowed must still be skipped: :meth:`update` says so, and the
-    history records it, but the scale stays.
+    """A loss scale that never changes; :meth:`update` still says to skip an overflowed step.
 
     Parameters
     ----------
@@ -267,10 +253,8 @@ class StaticLossScaler(_Scaler):
 
     Raises
     ------
-    TypeError
-        If ``scale`` is not a real number (``True`` is refused too).
-    ValueError
-        If ``scale`` is not finite and > 0, or is outside the float32 range.
+    TypeError, ValueError
+        If ``scale`` is not a real number, or not > 0 within float32's range.
 
     Examples
     --------
@@ -299,7 +283,7 @@ class StaticLossScaler(_Scaler):
         ------
         ValueError
             If it is not such a state (another scaler's, a key missing or unknown, an invalid
-            value); the scaler is then left as it was.
+            value); nothing changes then.
         """
         _check_keys(state_dict, "StaticLossScaler", {"type", "scale", "steps"}, {"history"})
         try:
@@ -316,17 +300,11 @@ class StaticLossScaler(_Scaler):
 class DynamicLossScaler(_Scaler):
     """A dynamic loss scale with ``torch.amp.GradScaler``'s trajectory, and a floor.
 
-    Call :meth:`update` once per step with whether the (scaled) gradients held inf or NaN; it
-    returns whether to take the optimizer step. Read :attr:`scale` for the next step's scale.
-
-    A clean step counts towards ``growth_interval``; when the count reaches it the scale is
-    multiplied by ``growth_factor`` and the count restarts. An inf/NaN step multiplies the scale
-    by ``backoff_factor`` and restarts the count. Products are computed in float64 and rounded
-    once to float32, as GradScaler's CPU kernel does; growth that would overflow float32 keeps
-    the scale. Unlike GradScaler, whose scale can halve down to 0, the scale stops at
-    ``min_scale``: there every overflowing step is still skipped, and
-    :attr:`overflows_at_floor` counts them (a long run means the loss or the forward pass
-    itself is inf or NaN, which no scale fixes).
+    :meth:`update` once per step: ``growth_interval`` clean steps multiply the scale by
+    ``growth_factor``, an inf/NaN step by ``backoff_factor`` (each restarts the count), in float64
+    rounded once to float32, as GradScaler's CPU kernel; growth past float32 keeps the scale.
+    Unlike GradScaler's, the scale stops at ``min_scale``: :attr:`overflows_at_floor` counts the
+    steps skipped there (a long run: the loss or the forward pass itself is inf or NaN).
 
     Parameters
     ----------
@@ -346,11 +324,9 @@ class DynamicLossScaler(_Scaler):
 
     Raises
     ------
-    TypeError
-        If an argument is not a number of its kind (``True`` is refused too).
-    ValueError
-        If an argument is not finite or out of range, ``[min_scale, max_scale]`` holds no
-        float32 value, or ``init_scale`` lies outside it.
+    TypeError, ValueError
+        If an argument is not a finite number of its kind in range, ``[min_scale, max_scale]``
+        holds no float32 value, or ``init_scale`` lies outside it.
 
     Examples
     --------
@@ -426,13 +402,13 @@ class DynamicLossScaler(_Scaler):
         Parameters
         ----------
         found_inf : bool
-            Whether this step's scaled gradients held any inf or NaN: anything ``bool()`` turns
-            into one answer (a NumPy bool, a count, a one-element array or tensor).
+            Whether the scaled gradients held inf or NaN: anything ``bool()`` turns into one
+            answer (a NumPy bool, a count, a one-element array or tensor).
 
         Returns
         -------
         bool
-            ``True`` to take the optimizer step (``not found_inf``), ``False`` to skip it.
+            ``True`` to take the optimizer step (``not found_inf``).
 
         Raises
         ------
@@ -466,8 +442,7 @@ class DynamicLossScaler(_Scaler):
         Returns
         -------
         dict
-            ``type``, ``scale``, ``growth_tracker``, ``overflows_at_floor``, the settings,
-            ``steps`` and, if asked for, ``history``: plain Python values, for pickle or JSON.
+            The state, the settings, ``steps`` and, if asked for, ``history``: plain values.
         """
         state = {
             "type": "DynamicLossScaler",
@@ -483,18 +458,14 @@ class DynamicLossScaler(_Scaler):
         return self._with_history(state, include_history)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore a state saved by :meth:`state_dict`, settings included.
-
-        A state saved before the floor existed (``min_scale`` ``None``) loads with the floor
-        ``2**-149``, where its scale stopped then.
+        """Restore a :meth:`state_dict`, settings included (``min_scale`` None: ``2**-149``).
 
         Raises
         ------
         ValueError
             If it is not such a state (another scaler's, a key missing or unknown, a value the
-            constructor refuses, a scale outside ``[min_scale, max_scale]``, a
-            ``growth_tracker`` outside ``[0, growth_interval)``, overflows counted above the
-            floor); the scaler is then left as it was.
+            constructor refuses, the scale or ``growth_tracker`` out of bounds, overflows
+            counted above the floor); nothing changes then.
         """
         s = state_dict
         keys = {"type", "scale", "growth_tracker", "growth_factor", "backoff_factor", "steps"}

@@ -38,7 +38,6 @@ def gemm_flops(m: int, n: int, k: int) -> int:
     Returns
     -------
     int
-        The operation count.
     """
     return 2 * m * n * k
 
@@ -134,11 +133,9 @@ def measure_gemm(
 ) -> dict[str, Any]:
     """Time one product shape in one precision; a row of a GEMM sweep.
 
-    The inputs are standard normal (seeded) in the precision's dtype. TF32 is on for ``"tf32"``
-    and off for every other precision while the product is built, warmed up, captured and timed
-    (:func:`tf32`). On a GPU the calls cycle through enough input pairs to fill twice the L2
-    cache, so that a small product does not find its inputs in the cache. FP8 E4M3 runs through
-    ``torch._scaled_mm`` (per-tensor scales of 1, a BF16 result).
+    Seeded standard normal inputs; TF32 on for ``"tf32"`` only, throughout (:func:`tf32`). On a
+    GPU the calls cycle through input pairs filling twice the L2 cache (no cached inputs). FP8
+    E4M3 runs through ``torch._scaled_mm`` (per-tensor scales of 1, a BF16 result).
 
     Parameters
     ----------
@@ -161,10 +158,9 @@ def measure_gemm(
     Returns
     -------
     dict
-        ``precision, m, n, k`` and either ``skipped`` (why it was not measured here: TF32 and
-        FP8 on a CPU, a GPU too old for it, FP8 dimensions not multiples of 16) or ``seconds``
-        (median per product), ``tflops``, ``input_sets`` and ``timing``
-        (:meth:`mptutor.bench.Timing.as_dict`); FP8 rows also ``use_fast_accum``.
+        ``precision, m, n, k`` and either ``skipped`` (why not measured here: TF32 and FP8 on a
+        CPU, a GPU too old, FP8 dimensions not multiples of 16) or ``seconds`` (median),
+        ``tflops``, ``input_sets``, ``timing`` (``Timing.as_dict``); FP8 also ``use_fast_accum``.
 
     Raises
     ------
@@ -205,9 +201,8 @@ def gemm_sweep(
 ) -> list[dict[str, Any]]:
     """Square products ``n x n x n`` for each size and the size minus one, in each precision.
 
-    Each size ``n`` is measured next to ``n - 1``: when ``n`` is a multiple of 8, the pair
-    shows what alignment is worth. On a GPU, FP16 products run for ``clock_warmup_s`` first,
-    so that the first rows are not timed while the clocks ramp up.
+    Each ``n`` next to ``n - 1`` shows what alignment is worth; on a GPU, FP16 products run for
+    ``clock_warmup_s`` first, so that no row is timed while the clocks ramp up.
 
     Parameters
     ----------

@@ -1,10 +1,8 @@
 """Measuring correctly: the TF32 switch, and back-to-back calls per sample (CUDA graphs, events).
 
-TF32 is switched through PyTorch's ``fp32_precision`` settings where they exist (PyTorch 2.9 and
-later), the older ``allow_tf32`` flags only where they do not; the two are never mixed. A small
-GPU product takes microseconds, less than the host needs to launch it; timing one call at a time
-measures the launches. :func:`time_calls` packs enough calls into each sample, replays them from
-a CUDA graph on a GPU, and times the replay with CUDA events.
+TF32 is switched through PyTorch's ``fp32_precision`` settings (PyTorch 2.9 and later), else
+the older ``allow_tf32`` flags; the two are never mixed. A small GPU product takes less time
+than its launch: :func:`time_calls` times many calls per sample, from a CUDA graph on a GPU.
 """
 
 from __future__ import annotations
@@ -44,9 +42,8 @@ def tf32_settings() -> dict[str, Any]:
     Returns
     -------
     dict
-        ``api``: ``"fp32_precision"`` (PyTorch 2.9 and later) or ``"allow_tf32"`` (older);
-        ``matmul`` and ``cudnn_conv``: the raw settings, ``"ieee"``, ``"tf32"`` or ``"none"``
-        (inherit the global setting) with the first API, booleans with the second.
+        ``api``: ``"fp32_precision"`` or ``"allow_tf32"``; ``matmul`` and ``cudnn_conv``: the
+        raw settings (``"ieee"``, ``"tf32"`` or ``"none"``: inherited; booleans with the second).
     """
     api, matmul, conv = _tf32_switches()
     return {"api": api, "matmul": getattr(matmul, api), "cudnn_conv": getattr(conv, api)}
@@ -66,10 +63,9 @@ def _set_tf32(matmul: Any, conv: Any = None) -> dict[str, Any]:
 def tf32(enabled: bool) -> Iterator[None]:
     """Allow TF32 for FP32 matrix products and cuDNN convolutions, or forbid it (strict FP32).
 
-    Inside the ``with`` block both ``torch.backends.cuda.matmul.fp32_precision`` and
-    ``torch.backends.cudnn.conv.fp32_precision`` are ``"tf32"`` or ``"ieee"`` (the older
-    ``allow_tf32`` flags where this PyTorch lacks them); the previous settings come back on
-    exit, even after an error. It changes nothing on a CPU: TF32 is a GPU format.
+    Inside the ``with`` block ``torch.backends.cuda.matmul`` and ``torch.backends.cudnn.conv``
+    take ``fp32_precision`` ``"tf32"`` or ``"ieee"`` (or the older ``allow_tf32`` flags); the
+    previous settings come back on exit. Nothing changes on a CPU: TF32 is a GPU format.
 
     Parameters
     ----------
@@ -104,12 +100,10 @@ def time_calls(
 ) -> Timing:
     """Time ``fn`` called back to back, so that each sample takes at least ``min_sample_s``.
 
-    The number of calls per sample (``inner``) is calibrated first: it grows until one sample
-    takes ``min_sample_s`` (or reaches 10,000 calls). On a CUDA device the calls are captured
-    into a CUDA graph (``torch.cuda.CUDAGraph``) and each sample is one replay, timed with CUDA
-    events: the time covers the GPU work only, not the host launching one kernel after another.
-    If the capture fails, or ``graph=False``, the calls are launched from the host and timed with
-    CUDA events. On a CPU, each sample is timed with ``time.perf_counter``.
+    The calls per sample (``inner``) grow until a sample takes ``min_sample_s`` (at most
+    10,000). On a CUDA device the calls are captured into a CUDA graph and each sample is one
+    replay, timed with CUDA events (the GPU work, not the launches); if the capture fails, or
+    ``graph=False``, launched from the host. On a CPU, ``time.perf_counter``.
 
     Parameters
     ----------
@@ -129,15 +123,13 @@ def time_calls(
     Returns
     -------
     mptutor.bench.Timing
-        Seconds per call for each sample, ``inner``, the ``method`` used and, after a fallback,
-        a ``note`` saying why.
+        With ``inner``, the ``method`` used and, after a fallback, a ``note`` saying why.
 
     Raises
     ------
-    TypeError
-        If ``repeats`` or ``warmup`` is not an integer, or ``min_sample_s`` is not a number.
-    ValueError
-        If ``repeats < 1``, ``warmup < 0`` or ``min_sample_s < 0``.
+    TypeError, ValueError
+        If ``repeats`` (at least 1) or ``warmup`` (at least 0) is not such an integer, or
+        ``min_sample_s`` is not a number of at least 0.
     """
     repeats = check_scalar(repeats, "repeats", int, min_val=1)
     warmup = check_scalar(warmup, "warmup", int, min_val=0)

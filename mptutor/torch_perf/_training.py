@@ -44,9 +44,8 @@ def measure_training(
 ) -> dict[str, Any]:
     """Time training steps of an image classifier in one mode; peak GPU memory on a GPU.
 
-    A fresh model from ``build_model()`` (seeded with 0) is trained with SGD and momentum on one
-    synthetic batch, with ``cudnn.benchmark`` on and TF32 set by the mode; both settings are
-    restored afterwards. Peak memory is ``torch.cuda.max_memory_allocated`` over the timed steps.
+    A fresh model (seed 0) is trained with SGD and momentum on one synthetic batch, with
+    ``cudnn.benchmark`` on and TF32 set by the mode (both restored afterwards).
 
     Parameters
     ----------
@@ -68,10 +67,9 @@ def measure_training(
     Returns
     -------
     dict
-        ``mode, channels_last, batch, image_size`` and either ``skipped`` (why the mode is not
-        timed on this device: TF32 on a CPU, a GPU too old for TF32 or BF16) or
-        ``median_step_s, images_per_s, peak_memory_gib`` (``None`` on a CPU), ``final_loss`` and
-        the raw ``times_s``.
+        ``mode, channels_last, batch, image_size`` and either ``skipped`` (why not timed here:
+        TF32 on a CPU, a GPU too old) or ``median_step_s, images_per_s, peak_memory_gib``
+        (``max_memory_allocated``; ``None`` on a CPU), ``final_loss`` and the raw ``times_s``.
 
     Raises
     ------
@@ -149,14 +147,11 @@ def conv_step_times(
 ) -> list[dict[str, Any]]:
     """Time a 3x3 convolution's forward and backward pass: its first call, then the median.
 
-    For each image side and memory layout, a seeded ``Conv2d(channels, channels, 3, padding=1)``
-    runs a training step on a random batch (gradients cleared, forward, backward), timed by
-    :func:`mptutor.bench.time_fn`. The first call is timed alone: it pays what a new combination
-    of shapes costs once (with ``cudnn.benchmark`` on, the search for the fastest algorithm). A
-    batch of one runs first in each layout, so that no row pays for loading the library. cuDNN
-    keeps the plan it chose for each shape for the rest of the process, whatever
-    ``cudnn.benchmark`` says later, so the steps run in a fresh Python process (with this
-    process's thread count), which has seen no shape yet.
+    For each image side and layout, a seeded ``Conv2d(channels, channels, 3, padding=1)`` takes
+    training steps on a random batch. The first call pays what a new shape costs once (with
+    ``cudnn.benchmark``, the algorithm search); a batch of one runs first in each layout, so no
+    row pays for loading the library. cuDNN keeps its plans for the process, so the steps run in
+    a fresh Python process (with this one's thread count).
 
     Parameters
     ----------
