@@ -49,7 +49,7 @@ def test_a_python311_on_the_path_is_used_when_python3_is_newer(tmp_path):
     found = _fake_python(bin_dir, "python3.11", version_ok=True)
     out = _make_n(bin_dir, tmp_path, "run")
     assert f"py='{found}'" in out  # the MXNet environment is made with it
-    assert "notebooks/gluon --out build --append" in out
+    assert "--append --budgets notebooks/budgets.json notebooks/gluon" in out
 
 
 def test_without_python311_run_says_why_the_gluon_track_did_not_run(tmp_path):
@@ -57,7 +57,9 @@ def test_without_python311_run_says_why_the_gluon_track_did_not_run(tmp_path):
     bin_dir.mkdir()
     _fake_python(bin_dir, "python3.12", version_ok=False)
     out = _make_n(bin_dir, tmp_path, "run")
-    assert "notebooks/pytorch notebooks/keras --out build" in out  # the other tracks run
+    main = sorted(str(p.relative_to(ROOT)) for d in ("pytorch", "keras")
+                  for p in (ROOT / "notebooks" / d).glob("*.ipynb"))
+    assert all(nb in out for nb in main)  # the other tracks run
     assert "make run: notebooks/gluon did not run: no Python 3.11 found" in out
     assert "MXNET_PYTHON=/path/to/python3.11" in out
     assert f"-m venv {tmp_path / 'no-mxnet-env'}" not in out  # no MXNet environment is attempted
@@ -86,3 +88,29 @@ def test_a_named_mxnet_python_wins(tmp_path):
     out = subprocess.run(args, env=env, capture_output=True, text=True, check=False).stdout
     assert "py='/opt/py/bin/python'" in out
     assert os.fspath(bin_dir / "python3.11") not in out
+
+
+@pytest.mark.parametrize("target", ["run", "test"])
+def test_every_notebook_runs_once_in_its_environment(tmp_path, target):
+    # the lanes of `make run` and `make test` name each PyTorch and Keras notebook once, in a
+    # command of the main environment, and the Gluon track once, in the MXNet environment's
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_python(bin_dir, "python3.12", version_ok=False)
+    _fake_python(bin_dir, "python3.11", version_ok=True)
+    out = _make_n(bin_dir, tmp_path, target)
+    main_py, mxnet_py = tmp_path / "no-main-env/bin/python", tmp_path / "no-mxnet-env/bin/python"
+    runs = [line for line in out.replace("\\\n", " ").splitlines() if "notebooks/" in line]
+    named = []
+    for line in runs:
+        for command in line.split(";"):
+            if "-m pytest" not in command and "-m mptutor.notebooks" not in command:
+                continue  # an echo, a message
+            for word in command.split():
+                if word.startswith("notebooks/") and word.endswith((".ipynb", "gluon")):
+                    named.append((word, str(main_py) in command, str(mxnet_py) in command))
+    main = sorted(str(p.relative_to(ROOT)) for d in ("pytorch", "keras")
+                  for p in (ROOT / "notebooks" / d).glob("*.ipynb"))
+    assert sorted(nb for nb, in_main, _ in named if nb != "notebooks/gluon") == main
+    assert all(in_main for nb, in_main, _ in named if nb != "notebooks/gluon")
+    assert [in_mxnet for nb, _, in_mxnet in named if nb == "notebooks/gluon"] == [True]
