@@ -32,12 +32,10 @@ def check_scalar(
     include_boundaries: Literal["both", "left", "right", "neither"] = "both",
     allow_none: bool = False,
 ) -> Any:
-    """Check a finite number of a kind (``int``, or ``float`` for any real) within bounds.
+    """Return a finite ``int`` (or ``float``: any real) within bounds as a Python number.
 
-    Returns the value as a Python ``int`` or ``float`` (``None`` if allowed and given); raises
-    ``TypeError`` for a value that is not a number of that kind (booleans never are) and
-    ``ValueError`` for NaN, infinity or a value outside the bounds, naming ``name`` and the
-    interval. ``include_boundaries`` says which of ``min_val``/``max_val`` are allowed.
+    ``TypeError`` for another kind (booleans included), ``ValueError`` for NaN, infinity or a
+    value out of bounds (``include_boundaries``), naming ``name`` and the interval.
     """
     if value is None and allow_none:
         return None
@@ -66,10 +64,10 @@ def check_scalar(
 
 
 def check_type(value: Any, name: str, types: type | tuple[type, ...], accepted: str) -> Any:
-    """Return ``value`` if it is an instance of ``types`` (a protocol works too), else raise.
+    """Return ``value`` if it is an instance of ``types`` (a protocol too), else a TypeError.
 
-    The ``TypeError`` names the argument, the value, its type and ``accepted``, what is
-    accepted in words; a class given where an instance is wanted is told so.
+    It names the argument, the value, its type and ``accepted`` (in words), and a class given
+    for an instance.
     """
     classes = types if isinstance(types, tuple) else (types,)
     if isinstance(value, type) and type not in classes:  # a protocol's isinstance passes it
@@ -97,10 +95,8 @@ def optional_positive(name: str, value: Any) -> float | None:
 def check_format(value: Any, name: str = "fmt") -> Any:
     """Return the :class:`mptutor.formats.Format` that ``value`` names, refusing numbers.
 
-    A format is named by a string, a dtype, or an array or tensor of it (see
-    :func:`mptutor.formats.get`); a number is none (NumPy would read ``np.float32(1)`` as its
-    type), and is refused with a ``TypeError`` naming ``name``. An unknown name gives the
-    ``ValueError`` of :func:`mptutor.formats.get`, which lists the known ones.
+    A number is no format (NumPy would read ``np.float32(1)`` as its type): a ``TypeError``
+    naming ``name``; an unknown name the ``ValueError`` of :func:`mptutor.formats.get`.
     """
     if isinstance(value, numbers.Number) or type(value).__name__ in ("bool", "bool_"):
         raise TypeError(

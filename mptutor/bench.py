@@ -34,15 +34,12 @@ class Timing:
     ----------
     times : tuple of float
         Seconds per call, one value per timed sample (the sample's time over ``inner``).
-    warmup : int
-        Untimed calls made first.
-    inner : int
-        Calls per sample: 1 for :func:`time_fn`, calibrated by
-        ``mptutor.torch_perf.time_calls``.
+    warmup, inner : int
+        Untimed calls made first; calls per sample (1 for :func:`time_fn`).
     method : str
-        How a sample was timed: ``"wall-clock"`` (``time.perf_counter``, a GPU waited for),
-        ``"cuda-graph"`` (a replay of a CUDA graph of ``inner`` calls, timed with CUDA events)
-        or ``"cuda-events"`` (``inner`` calls launched from the host, timed with CUDA events).
+        ``"wall-clock"`` (``time.perf_counter``, a GPU waited for), ``"cuda-graph"`` (a CUDA
+        graph's replay) or ``"cuda-events"`` (calls launched from the host), the last two timed
+        with CUDA events.
     note : str
         Why a fallback was taken, if one was.
     """
@@ -104,22 +101,18 @@ def time_fn(
     warmup : int, optional
         Untimed calls first (kernel selection, caches, allocator).
     device : str or torch.device, optional
-        ``"cpu"`` or ``"cuda"``/``"cuda:N"``: on CUDA the device is waited for after each call,
-        so the time covers the GPU work. For GPU work shorter than a few milliseconds, time many
-        calls per sample instead (``mptutor.torch_perf.time_calls``).
+        ``"cpu"`` or ``"cuda"``/``"cuda:N"`` (waited for after each call; for GPU work shorter
+        than a few milliseconds, ``mptutor.torch_perf.time_calls`` times many calls a sample).
 
     Returns
     -------
     Timing
-        The times.
 
     Raises
     ------
-    ValueError
-        If ``repeats < 1``, ``warmup < 0``, or ``device`` is none of ``"cpu"``, ``"cuda"``,
-        ``"cuda:N"``.
-    TypeError
-        If ``fn`` is not callable, or ``repeats`` or ``warmup`` is not an int.
+    TypeError, ValueError
+        If ``fn`` is not callable, ``repeats`` (at least 1) or ``warmup`` (at least 0) not such
+        an int, or ``device`` none of ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
     RuntimeError
         If a CUDA device is named but the caller has not imported PyTorch.
     """
@@ -232,8 +225,7 @@ def find_records(
     results_dir : path-like, optional
         The folder (default: ``data/results`` of the checkout).
     include_smoke : bool, optional
-        Also return tiny smoke-test records (``data["smoke"]`` true); they are left out by
-        default, as they measure nothing.
+        Also return smoke-test records (``data["smoke"]`` true), which measure nothing.
 
     Returns
     -------
@@ -242,11 +234,9 @@ def find_records(
 
     Raises
     ------
-    ValueError
-        If a file in the folder is not a measurement record (the message names it), or
-        ``device`` is none of ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
-    TypeError
-        If ``kind`` is not a string, or ``results_dir`` not a path.
+    TypeError, ValueError
+        If ``kind`` is not a string, ``results_dir`` not a path, ``device`` none of ``"cpu"``,
+        ``"cuda"``, ``"cuda:N"``, or a file in the folder not a measurement record (named).
     NotADirectoryError
         If ``results_dir`` is not a folder.
     """
@@ -290,8 +280,7 @@ def label(record: dict[str, Any]) -> str:
     Returns
     -------
     str
-        The word RECORDED, the date and the machine, so that a figure drawn from a record is
-        never taken for one measured by the notebook that shows it.
+        RECORDED, the date and the machine: never taken for a figure measured in the notebook.
 
     Raises
     ------
@@ -319,10 +308,8 @@ def provenance(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str
 
     Raises
     ------
-    TypeError
-        If ``path`` is not a path.
-    ValueError
-        If ``record`` is not a measurement record (the message names the field).
+    TypeError, ValueError
+        If ``path`` is not a path, or ``record`` not a measurement record (the field named).
     """
     check_type(path, "path", (str, os.PathLike), "the record's file (str or path)")
     _check_record(record, "record")

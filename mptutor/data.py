@@ -1,22 +1,13 @@
 """Image-folder datasets for the training notebooks: Caltech 101 and a small digits set.
 
-Both are written as two folders of class sub-folders, the layout that MXNet's
-``ImageFolderDataset`` (and torchvision's ``ImageFolder``, and Keras'
-``image_dataset_from_directory``) read::
+Both are written as ``<train>/<class>/<image>`` and ``<test>/<class>/<image>`` folders, as
+MXNet's ``ImageFolderDataset``, torchvision's ``ImageFolder`` and Keras'
+``image_dataset_from_directory`` read them.
 
-    <train>/<class>/<image>     <test>/<class>/<image>
-
-:func:`caltech101` downloads the Caltech 101 archive with :mod:`pooch` (checked against its
-published SHA-256), extracts it and splits every class; :func:`digits_image_folder` renders
-scikit-learn's bundled 8x8 digits as PNG files (no download; small enough for CPU runs and CI);
-:func:`check_image_folder` counts the images of any such folder.
-
-Where the files go: ``root`` when given, else the folder named by ``MPTUTOR_DATA_DIR``, else
-``data/cache/`` of the project checkout (git-ignored) when this package runs from one, else
-pooch's per-user cache folder. Every folder is built under a temporary name, gets a
-``mptutor-complete.json`` marker and is renamed into place only when complete, so a killed run
-leaves nothing that a later run takes for finished. pooch, Pillow and scikit-learn are imported
-when a dataset is built, not with this module.
+Where the files go: ``root`` when given, else ``$MPTUTOR_DATA_DIR``, else ``data/cache/`` of
+the project checkout this package runs from, else pooch's per-user cache. Every folder is built
+under a temporary name, marked ``mptutor-complete.json`` and renamed into place when complete:
+a killed run leaves nothing a later run takes for finished.
 
 Examples
 --------
@@ -241,10 +232,7 @@ def _class_images(path: StrPath) -> dict[str, list[str]]:
 
 
 def check_image_folder(path: StrPath) -> dict[str, int]:
-    """Check that a folder holds images in class sub-folders, and count them.
-
-    Hidden files and folders (``.name``) and files other than ``.jpg``, ``.jpeg`` and ``.png``
-    are ignored.
+    """Count the images (``.jpg``, ``.jpeg``, ``.png``, not hidden) of a folder's class sub-folders.
 
     Parameters
     ----------
@@ -258,12 +246,8 @@ def check_image_folder(path: StrPath) -> dict[str, int]:
 
     Raises
     ------
-    TypeError
-        If ``path`` is not a path.
-    FileNotFoundError
-        If the folder does not exist.
-    NotADirectoryError
-        If the path is a file.
+    TypeError, FileNotFoundError, NotADirectoryError
+        If ``path`` is not a path, does not exist, or is a file.
     ValueError
         If the folder has no class sub-folders, or a class sub-folder has no images.
     """
@@ -428,10 +412,9 @@ def caltech101(
     """Download Caltech 101 and split it into train and test image folders.
 
     The first call downloads ``caltech-101.zip`` (137 MB) with pooch, checks its SHA-256,
-    extracts the images (about 9,100 JPEG files in 102 class folders: the 101 categories and
-    the ``BACKGROUND_Google`` clutter folder, kept as the MXNet Gluon tutorials keep it) and
-    splits every class. Later calls return the finished folders at once; another ``seed`` or
-    ``test_per_class`` only redoes the split, which hard-links the extracted files.
+    extracts about 9,100 JPEG files in 102 class folders (``BACKGROUND_Google`` kept, as the
+    MXNet Gluon tutorials keep it) and splits every class. Later calls return the folders at
+    once; another ``seed`` or ``test_per_class`` only redoes the split (hard links).
 
     Parameters
     ----------
@@ -450,8 +433,7 @@ def caltech101(
     -------
     DatasetFolders
         ``train`` (``.../101_ObjectCategories``) and ``test``
-        (``.../101_ObjectCategories_test``), the folder names of the MXNet Gluon tutorials;
-        ``classes``, ``num_classes``, ``num_train``, ``num_test`` and the counts per class.
+        (``.../101_ObjectCategories_test``), the folder names of the MXNet Gluon tutorials.
 
     Raises
     ------
@@ -460,9 +442,8 @@ def caltech101(
         extracted (it is deleted, so the next run downloads it again). The message says what
         to do.
     TypeError, ValueError
-        If ``test_per_class`` is not an int of at least 1 or a float strictly between 0 and 1,
-        ``seed`` is not an int, ``progress`` not a bool or ``root`` not a path. Nothing is
-        downloaded then.
+        For a bad argument (``test_per_class`` an int of at least 1 or a float in (0, 1)), before
+        any download.
     """
     test_per_class = _check_test_per_class(test_per_class)
     seed = check_scalar(seed, "seed", int)
@@ -507,10 +488,9 @@ def digits_image_folder(
 ) -> DatasetFolders:
     """Write scikit-learn's digits as RGB PNG files in train and test image folders.
 
-    The 1,797 8x8 grey images of :func:`sklearn.datasets.load_digits` (no download) are scaled
-    from 0..16 to 0..255, enlarged to ``size`` x ``size`` pixels (bilinear) and saved as
-    3-channel PNG files, ``train/<digit>/<index>.png`` and ``test/<digit>/<index>.png``. The
-    same arguments give the same files, byte for byte; a complete folder is reused.
+    The 1,797 8x8 grey images of :func:`sklearn.datasets.load_digits` (no download), scaled to
+    0..255, enlarged to ``size`` x ``size`` (bilinear), as ``train/<digit>/<index>.png`` and
+    ``test/...``; the same arguments give the same bytes; a complete folder is reused.
 
     Parameters
     ----------
@@ -527,16 +507,13 @@ def digits_image_folder(
     Returns
     -------
     DatasetFolders
-        Ten classes ``"0"`` to ``"9"``: ``train``, ``test``, ``classes``, ``num_classes``,
-        ``num_train``, ``num_test`` and the counts per class.
+        Ten classes, ``"0"`` to ``"9"``.
 
     Raises
     ------
-    ValueError
-        If ``size`` is below 8 or ``test_fraction`` is not strictly between 0 and 1.
-    TypeError
-        If ``size`` or ``seed`` is not an int, ``test_fraction`` not a number, or ``root`` not
-        a path.
+    TypeError, ValueError
+        If ``size`` or ``seed`` is not an int, ``size`` below 8, ``test_fraction`` not a number
+        in (0, 1), or ``root`` not a path.
     """
     size = check_scalar(size, "size (the image edge in pixels)", int, min_val=8)
     seed = check_scalar(seed, "seed", int)

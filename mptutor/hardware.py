@@ -1,10 +1,8 @@
 """What this machine can do for mixed precision: CPU, GPUs, Tensor Cores, BF16/FP8, versions.
 
-Nothing here imports a deep-learning framework. Versions are read from the installed package
-metadata. GPUs are found through PyTorch only when the caller has already imported PyTorch
-(it is then in ``sys.modules``, and its view of CUDA is the one that matters); otherwise
-``nvidia-smi`` is asked, if it is on the PATH. ``MPTUTOR_DEVICE=cpu`` hides every GPU from the
-notebooks; it is read in ``_device_override`` and nowhere else.
+Nothing here imports a deep-learning framework: versions come from the package metadata, GPUs
+from PyTorch if the caller imported it, else from ``nvidia-smi``. ``MPTUTOR_DEVICE=cpu`` hides
+every GPU from the notebooks; it is read in ``_device_override`` and nowhere else.
 
 Examples
 --------
@@ -50,9 +48,7 @@ _ARCHITECTURES = (
 _TENSOR_CORES_FROM = {"fp16": (7, 0), "tf32": (8, 0), "bf16": (8, 0), "fp8_e4m3": (8, 9)}
 
 #: CPU flags (from /proc/cpuinfo) that speed up low-precision arithmetic on a CPU.
-_CPU_FLAGS = (
-    "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8"
-)
+_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8")
 
 #: oneDNN's instruction-set levels, the bit masks of its ``dnnl_cpu_isa_t`` (each level holds
 #: the ones below it): the names ``ONEDNN_MAX_CPU_ISA`` accepts as a cap.
@@ -77,10 +73,8 @@ class GpuInfo:
 
     Attributes
     ----------
-    index : int
-        CUDA device index.
-    name : str
-        Device name, e.g. ``"NVIDIA H100 80GB HBM3"``.
+    index, name : int, str
+        CUDA device index and name, e.g. ``"NVIDIA H100 80GB HBM3"``.
     compute_capability : tuple of int
         ``(major, minor)``.
     memory_gib : float
@@ -137,12 +131,8 @@ class HardwareReport:
 
     Attributes
     ----------
-    python : str
-        Python version.
-    system : str
-        Operating system and machine type.
-    cpu : str
-        CPU model name.
+    python, system, cpu : str
+        Python version, operating system and machine type, CPU model name.
     cpu_count : int
         Logical CPU cores.
     cpu_features : dict of str to bool
@@ -152,10 +142,8 @@ class HardwareReport:
         CUDA GPUs found (empty on a CPU-only machine).
     packages : dict of str to str or None
         Versions of the reported packages, ``None`` for those not installed.
-    cuda : str or None
-        CUDA version PyTorch was built with, if PyTorch was asked.
-    driver : str or None
-        NVIDIA driver version, if ``nvidia-smi`` answered.
+    cuda, driver : str or None
+        CUDA version of PyTorch's build (if PyTorch was asked), NVIDIA driver (``nvidia-smi``).
     """
 
     python: str
@@ -174,13 +162,7 @@ class HardwareReport:
         return "cuda" if self.gpus and _device_override() != "cpu" else "cpu"
 
     def summary(self) -> str:
-        """One line naming the device that notebooks will use.
-
-        Returns
-        -------
-        str
-            E.g. ``"GPU: NVIDIA H100 80GB HBM3 (Hopper, sm_90)"`` or ``"CPU: <model>, 2 cores"``.
-        """
+        """Name the device notebooks use: ``"GPU: <name> (Hopper, sm_90)"`` or ``"CPU: ..."``."""
         if self.device == "cuda":
             g = self.gpus[0]
             major, minor = g.compute_capability
@@ -188,13 +170,7 @@ class HardwareReport:
         return f"CPU: {self.cpu}, {self.cpu_count} cores"
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the report as plain data, for JSON provenance records.
-
-        Returns
-        -------
-        dict
-            All fields and ``device``; GPUs as dictionaries with their derived capabilities.
-        """
+        """Return all fields and ``device`` as plain data (GPUs with capabilities), for JSON."""
         out = asdict(self)
         derived = ("architecture", "tensor_cores", "bf16", "tf32", "fp8")
         out["gpus"] = [dict(asdict(g), **{k: getattr(g, k) for k in derived}) for g in self.gpus]
@@ -311,13 +287,7 @@ def _gpus_from_nvidia_smi() -> list[GpuInfo]:
 
 
 def gpus() -> list[GpuInfo]:
-    """CUDA GPUs on this machine (through PyTorch if already imported, else ``nvidia-smi``).
-
-    Returns
-    -------
-    list of GpuInfo
-        Empty on a CPU-only machine.
-    """
+    """CUDA GPUs here, a list of GpuInfo (through PyTorch if imported, else ``nvidia-smi``)."""
     from_torch = _gpus_from_torch()
     return from_torch[0] if from_torch is not None else _gpus_from_nvidia_smi()
 
@@ -327,15 +297,12 @@ def pick(cpu: T, gpu: T, on: Any = None) -> T:
 
     Parameters
     ----------
-    cpu : object
-        Value for the CPU path (a CPU-only machine, or ``MPTUTOR_DEVICE=cpu``).
-    gpu : object
-        Value for the GPU path.
+    cpu, gpu : object
+        Values for the CPU path (a CPU-only machine, or ``MPTUTOR_DEVICE=cpu``) and the GPU path.
     on : object, optional
-        The device a framework computes on: a ``torch.device``, a TensorFlow device string
-        such as ``"/GPU:0"`` or an MXNet context. Given, ``gpu`` is chosen when that device is a
-        GPU, so a CPU-only build of a framework on a GPU machine gets the CPU sizes; without
-        it, when this machine has a CUDA GPU.
+        The device a framework computes on (a ``torch.device``, a TensorFlow device string such
+        as ``"/GPU:0"``, an MXNet context): ``gpu`` if it is a GPU. Without it: if this machine
+        has a CUDA GPU.
 
     Returns
     -------
@@ -375,7 +342,6 @@ def report(refresh: bool = False) -> HardwareReport:
     Returns
     -------
     HardwareReport
-        Shown as a short text block in a notebook.
 
     Raises
     ------
@@ -407,9 +373,8 @@ def report(refresh: bool = False) -> HardwareReport:
 def onednn_isa_cap() -> str:
     """Return the instruction-set cap set for oneDNN in this process, ``"ALL"`` when none is.
 
-    oneDNN reads ``ONEDNN_MAX_CPU_ISA`` (older builds, such as MXNet 1.9.1's, only
-    ``DNNL_MAX_CPU_ISA``); a cap such as ``AVX2`` makes a newer CPU compute as an AVX2-only one
-    would, which is how a lesson rehearses a CPU without BF16 instructions. Upper case.
+    oneDNN reads ``ONEDNN_MAX_CPU_ISA`` (MXNet 1.9.1's only ``DNNL_MAX_CPU_ISA``); a cap such as
+    ``AVX2`` makes a newer CPU compute as an AVX2-only one would. Upper case.
     """
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
     return cap.upper()  # as oneDNN reads it: " AVX2" names no level, so caps nothing
@@ -419,33 +384,25 @@ def cpu_native(fmt: str) -> tuple[str, ...]:
     """Name the CPU instructions with which oneDNN computes products in ``fmt`` natively here.
 
     An instruction counts where the CPU has it (``report().cpu_features``) and the cap of
-    :func:`onednn_isa_cap` allows it (``ALL``, ``DEFAULT`` or a name newer than oneDNN's table
-    set no cap). Empty where products in ``fmt`` are emulated: oneDNN converts the values and
-    multiplies in FP32, or PyTorch runs its own generic code instead, slower than FP32 products
-    (from a few times to a hundred times, by format and CPU).
+    :func:`onednn_isa_cap` allows it (``ALL``, ``DEFAULT`` or a newer name: no cap). Empty where
+    products in ``fmt`` are emulated (in FP32 or generic code), a few to a hundred times slower
+    than FP32 products.
 
     Parameters
     ----------
     fmt : {"bf16", "fp16"}
-        ``bf16``: AVX512-BF16 or AMX-BF16; ``fp16``: AVX512-FP16 or AMX-FP16. (Whether PyTorch's
-        CPU ``_scaled_mm`` takes oneDNN for FP8 is decided by the CPU's AMX-INT8 or AMX-FP16
-        flags, as ``report().cpu_features`` has them, and ``torch.backends.mkldnn``, not by
-        this cap.)
+        ``bf16``: AVX512-BF16 or AMX-BF16; ``fp16``: AVX512-FP16 or AMX-FP16. (PyTorch's CPU FP8
+        ``_scaled_mm`` depends on the AMX flags and ``torch.backends.mkldnn``, not on the cap.)
 
     Returns
     -------
     tuple of str
-        The flags, in the order above, e.g. ``("avx512_bf16",)``; ``()`` where none may be used.
+        The flags, in the order above, e.g. ``("avx512_bf16",)``.
 
     Raises
     ------
     ValueError
         If ``fmt`` is not one of the two.
-
-    Examples
-    --------
-    >>> from mptutor import hardware
-    >>> bf16_native = bool(hardware.cpu_native("bf16"))  # doctest: +SKIP
     """
     if not isinstance(fmt, str) or fmt not in _NATIVE:
         raise ValueError(f"fmt must be one of {', '.join(_NATIVE)}, got {fmt!r}")

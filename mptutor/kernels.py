@@ -35,10 +35,9 @@ _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3,5})_")
 def is_tensor_core_kernel(name: str) -> bool:
     """Whether a CUDA kernel name denotes a Tensor Core kernel.
 
-    cuBLAS, cuDNN and CUTLASS names tell it by MMA shapes (``884``, ``1688``, ``16816``), words
-    (``tensorop``, ``wmma``, ``wgmma``), 16-bit/TF32/FP8/INT8 operand types in GEMM and
-    convolution kernels, or ``nvjet`` type letters ``h``, ``b``, ``t``, ``q``, ``e``; ``sgemm``,
-    ``ffma`` and element-wise kernels are not Tensor Core kernels.
+    Told by MMA shapes (``884``, ``1688``, ``16816``), words (``tensorop``, ``wmma``,
+    ``wgmma``), 16-bit/TF32/FP8/INT8 operand types in GEMM and convolution kernels, or
+    ``nvjet`` type letters; not ``sgemm``, ``ffma`` or element-wise kernels.
 
     Parameters
     ----------
@@ -48,7 +47,6 @@ def is_tensor_core_kernel(name: str) -> bool:
     Returns
     -------
     bool
-        ``True`` for a Tensor Core kernel.
 
     Raises
     ------

@@ -1,4 +1,8 @@
-"""Figures for the notebooks, drawn with matplotlib (imported when a figure is drawn)."""
+"""Figures for the notebooks, drawn with matplotlib (imported when a figure is drawn).
+
+Every function takes ``ax``, the matplotlib Axes to draw into (a new figure without it), and
+returns the figure.
+"""
 
 from __future__ import annotations
 
@@ -89,12 +93,11 @@ def format_ranges(
     xlim : tuple of float or None, optional
         Limits of the log2 axis (a bar beyond one ends in an arrow head); ``None`` fits them all.
     ax : matplotlib.axes.Axes, optional
-        Axes to draw into; a new figure otherwise.
 
     Returns
     -------
     matplotlib.figure.Figure
-        The figure; the right-hand axis labels each row with its powers of 2 and its range.
+        The right-hand axis labels each row with its powers of 2 and its range.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -162,13 +165,11 @@ def value_spacing(
     fmts : str, dtype or sequence of them, optional
         Formats to show, one row each.
     ax : matplotlib.axes.Axes, optional
-        Axes to draw into; a new figure otherwise.
 
     Returns
     -------
     matplotlib.figure.Figure
-        Each row labelled with the spacings found; a dotted line at each power of two inside
-        the interval, where the spacing changes.
+        Rows labelled with their spacings; a dotted line at each power of two inside.
     """
     chosen = _formats(fmts)
     fig, ax = _axes(ax, (9, 0.8 * len(chosen) + 1.2))
@@ -221,14 +222,11 @@ def update_survival(
     survived : mapping of str to numpy.ndarray
         For each format name, the share (0 to 1) of weights the update changed at each ratio.
     ax : matplotlib.axes.Axes, optional
-        Axes to draw into; a new figure otherwise.
 
     Returns
     -------
     matplotlib.figure.Figure
-        For each format a band from :func:`~mptutor.formats.always_lost_update_ratio` to
-        :func:`~mptutor.formats.lost_update_ratio`, where an update is lost or kept depending
-        on the weight.
+        With a band per format where an update is lost or kept depending on the weight.
     """
     ratios = _numbers(ratios, "ratios")
     if not np.all(np.isfinite(ratios) & (ratios > 0)):
@@ -274,7 +272,6 @@ def gradient_histogram(
     stats : GradientStats or mapping of str to GradientStats
         From :func:`mptutor.gradients.gradient_stats`, several with their labels, one format.
     ax : matplotlib.axes.Axes, optional
-        Axes to draw into; a new figure otherwise.
 
     Returns
     -------
@@ -283,10 +280,9 @@ def gradient_histogram(
 
     Raises
     ------
-    TypeError
-        If ``stats`` is not a GradientStats or a non-empty dict of them.
-    ValueError
-        If they use different formats, or count no non-zero finite value.
+    TypeError, ValueError
+        If ``stats`` is not a GradientStats or a non-empty dict of them in one format, or they
+        count no non-zero finite value.
     """
     from mptutor.gradients import GradientStats
 
@@ -329,10 +325,8 @@ def loss_scale_trace(
     Parameters
     ----------
     history : ScaleHistory or mapping of str to ScaleHistory
-        ``scaler.history`` of a :class:`~mptutor.scaling.DynamicLossScaler` or
-        :class:`~mptutor.scaling.StaticLossScaler`; several runs are drawn with their labels.
+        A scaler's ``history``; several runs with their labels.
     ax : matplotlib.axes.Axes, optional
-        Axes to draw into; a new figure otherwise.
 
     Returns
     -------
@@ -377,7 +371,6 @@ def loss_curves(
     window : int, optional
         Steps of the trailing running mean; 1 draws the raw losses.
     ax : matplotlib.axes.Axes, optional
-        Axes to draw into; a new figure otherwise.
 
     Returns
     -------
@@ -386,10 +379,9 @@ def loss_curves(
 
     Raises
     ------
-    ValueError
-        If ``window`` is below 1 or a run holds no loss.
-    TypeError
-        If ``window`` is not an int, or ``curves`` not a non-empty dict of 1-D number sequences.
+    TypeError, ValueError
+        If ``window`` is not an int of at least 1, or ``curves`` not a non-empty dict of
+        non-empty 1-D number sequences.
     """
     window = check_scalar(window, "window", int, min_val=1)
     if not isinstance(curves, Mapping) or not curves:

@@ -27,8 +27,8 @@ class Table:
     Raises
     ------
     TypeError, ValueError
-        If ``rows`` is not a list of dicts with str keys, or ``float_format`` not a format spec
-        for floats, or ``title`` not a str.
+        If ``rows`` is not a list of dicts with str keys, ``float_format`` not a float format
+        spec, or ``title`` not a str.
 
     Examples
     --------
