@@ -10,16 +10,6 @@ import numpy as np
 from mptutor import formats
 from mptutor._checks import check_scalar
 
-__all__ = [
-    "DATASHEETS",
-    "layer_flops",
-    "layer_costs",
-    "training_flops",
-    "tensor_core_check",
-    "roofline",
-    "roofline_table",
-]
-
 # FLOPs per value of the other layers: BatchNorm's mean, variance, normalisation, scale and
 # shift; a softmax (per output value); pooling's one addition (per input value); a rescaling.
 _FLOPS_PER_VALUE = {

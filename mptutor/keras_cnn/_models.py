@@ -9,8 +9,6 @@ import numpy as np
 
 from mptutor._checks import check_scalar
 
-__all__ = ["CONVOLUTIONS", "PadChannels", "build_model", "make_batch"]
-
 _CLASSES = 10  # Imagenette's classes: the dense layer's outputs
 #: The post's convolutions, in order: (filters, kernel size, stride). Each has ``same`` padding
 #: and a ReLU, and is followed by BatchNorm.

@@ -14,8 +14,6 @@ from mptutor.keras_cnn._costs import layer_flops
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["block", "time_step", "profile_layers", "plot_step_times"]
-
 
 def block(value: Any) -> Any:
     """Wait until the backend has computed ``value`` (a GPU runs queued kernels later), return it.

@@ -14,8 +14,6 @@ from torch import nn
 
 from mptutor._checks import check_scalar, check_type
 
-__all__ = ["Decoder", "MarkovChain", "next_token_loss"]
-
 
 class MarkovChain:
     """A fixed random order-2 Markov chain over ``vocab`` tokens, drawn once from a seed.

@@ -29,8 +29,6 @@ import torch.multiprocessing as mp
 
 from mptutor._checks import check_scalar
 
-__all__ = ["WorkerError", "Workers", "choose_backend", "launch"]
-
 
 class _Run(NamedTuple):
     """What one call brings back: each rank's result and output, the backend, the wall time."""

@@ -20,8 +20,6 @@ from mptutor.torch._fp8 import _linear
 from mptutor.torch._headroom import _check_generator
 from mptutor.torch._swap import swap_linears
 
-__all__ = ["nvfp4_fake_quantize", "hadamard_transform", "FP4Linear", "to_fp4"]
-
 _FP4_MAX = 6.0
 _E4M3_MAX = 448.0
 _TENSOR_MAX = _FP4_MAX * _E4M3_MAX  # a tensor's amax maps onto 6 x 448

@@ -11,8 +11,6 @@ from torch import nn
 from mptutor._checks import check_scalar, check_type
 from mptutor.torch._swap import swap_linears
 
-__all__ = ["FP8Linear", "to_fp8"]
-
 _DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 _SCALINGS = ("none", "current", "delayed")
 _FP32_MAX = torch.finfo(torch.float32).max

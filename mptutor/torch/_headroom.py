@@ -11,8 +11,6 @@ from mptutor import formats
 from mptutor._checks import check_format, check_type
 from mptutor.torch._nonfinite import _float_tensors
 
-__all__ = ["headroom", "stochastic_round"]
-
 
 class _Headroom:
     """Forward hooks that keep each module's largest output magnitude; see :func:`headroom`."""

@@ -20,16 +20,6 @@ from mptutor._atomic import atomic_path
 from mptutor._checks import _short, check_type, optional_positive
 from mptutor.scaling import FLOAT32_MAX, DynamicLossScaler, LossScaler
 
-__all__ = [
-    "bn_to_float",
-    "network_to_half",
-    "prep_param_lists",
-    "model_grads_to_master_grads",
-    "master_params_to_model_params",
-    "gradient_stats",
-    "MasterWeightOptimizer",
-]
-
 Factory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
 
 _SCALER = "None or a LossScaler such as DynamicLossScaler() or StaticLossScaler(128.0)"

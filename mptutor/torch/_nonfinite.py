@@ -12,8 +12,6 @@ from torch import nn
 
 from mptutor._checks import check_type
 
-__all__ = ["find_nonfinite"]
-
 _LOSS = "<loss_fn>"  # the name the loss function gets in a record
 
 

@@ -17,8 +17,6 @@ from mptutor._checks import check_scalar
 from mptutor.kernels import is_tensor_core_kernel
 from mptutor.table import Table
 
-__all__ = ["tensor_core_kernels", "count_host_syncs", "tensor_core_audit"]
-
 _MULTIPLE = 8  # cuBLAS/cuDNN reach the Tensor Core peak when FP16/BF16 GEMM sizes are multiples
 _VOCABULARY = 1000  # sizes at least this large are named vocabulary-sized
 

@@ -14,8 +14,6 @@ from mptutor import formats
 from mptutor.hardware import _TENSOR_CORES_FROM
 from mptutor.torch_perf._timing import _is_cuda, tf32, time_calls
 
-__all__ = ["gemm_flops", "measure_gemm", "gemm_sweep"]
-
 #: The precisions of the sweep (keys of :data:`mptutor.formats.PRECISIONS`), in the order
 #: shown: the dtype of the inputs, and whether a CPU is measured (TF32 and FP8: GPUs only).
 _GEMMS: dict[str, tuple[torch.dtype, bool]] = {

@@ -18,8 +18,6 @@ import torch
 from mptutor._checks import check_scalar
 from mptutor.bench import Timing
 
-__all__ = ["tf32_settings", "tf32", "time_calls"]
-
 _MAX_INNER = 10_000  # most calls in one timed sample
 
 

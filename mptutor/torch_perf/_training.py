@@ -19,8 +19,6 @@ from mptutor import bench, formats
 from mptutor.torch_perf._gemm import _why_not
 from mptutor.torch_perf._timing import _is_cuda, tf32
 
-__all__ = ["measure_training", "conv_step_times"]
-
 #: The training modes (keys of :data:`mptutor.formats.PRECISIONS`): TF32 allowed, the autocast
 #: dtype (``None``: no autocast), a ``GradScaler``, and the product precision the mode needs.
 _MODES: dict[str, tuple[bool, torch.dtype | None, bool, str]] = {
