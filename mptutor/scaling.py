@@ -310,15 +310,12 @@ class DynamicLossScaler(_Scaler):
     ----------
     init_scale : float, optional
         Starting scale, rounded to float32.
-    growth_factor : float, optional
-        Factor > 1 applied after ``growth_interval`` consecutive clean steps.
-    backoff_factor : float, optional
-        Factor in (0, 1) applied on every step with inf/NaN gradients.
+    growth_factor, backoff_factor : float, optional
+        Factors > 1 and in (0, 1).
     growth_interval : int, optional
         Consecutive clean steps before growing, 1 to ``2**31 - 1``.
     min_scale : float, optional
-        The floor, a positive number rounded up to float32 (``2**-149``: GradScaler's
-        trajectory, except that the scale never reaches 0).
+        The floor, > 0, rounded up to float32 (``2**-149``: GradScaler's path, never 0).
     max_scale : float, optional
         A cap GradScaler does not have, rounded down to float32; ``None``: no cap.
 

@@ -79,10 +79,8 @@ def layer_costs(model: keras.Model, batch_size: int = 128) -> list[dict[str, Any
 
     Parameters
     ----------
-    model : keras.Model
-        A functional model.
-    batch_size : int, optional
-        Images in the batch.
+    model, batch_size : keras.Model, int
+        A functional model, and the images in its batch.
 
     Returns
     -------
@@ -132,10 +130,8 @@ def training_flops(model: keras.Model, batch_size: int = 1) -> int:
 
     Parameters
     ----------
-    model : keras.Model
-        A functional model.
-    batch_size : int, optional
-        Images in the batch.
+    model, batch_size : keras.Model, int
+        A functional model, and the images in its batch.
 
     Returns
     -------
@@ -155,10 +151,8 @@ def tensor_core_check(model: keras.Model, batch_size: int = 128) -> list[dict[st
 
     Parameters
     ----------
-    model : keras.Model
-        A functional model.
-    batch_size : int, optional
-        Images in the batch.
+    model, batch_size : keras.Model, int
+        A functional model, and the images in its batch.
 
     Returns
     -------
@@ -203,14 +197,12 @@ def roofline(
 
     Parameters
     ----------
-    model : keras.Model
-        A functional model.
+    model, batch_size : keras.Model, int
+        A functional model, and the images in its batch.
     gpu : str
         A key of :data:`DATASHEETS`.
     precision : {"fp32", "tf32", "amp_fp16"}
         A precision of :data:`mptutor.formats.PRECISIONS` (``amp_fp16``: ``mixed_float16``).
-    batch_size : int, optional
-        Images in the batch.
 
     Returns
     -------
@@ -264,12 +256,10 @@ def roofline_table(
 
     Parameters
     ----------
-    model : keras.Model
-        A functional model.
+    model, batch_size : keras.Model, int
+        A functional model, and the images in its batch.
     gpus : tuple of str, optional
         Keys of :data:`DATASHEETS`.
-    batch_size : int, optional
-        Images in the batch.
 
     Returns
     -------

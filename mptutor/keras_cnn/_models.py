@@ -117,10 +117,8 @@ def make_batch(
     kind : {"blog", "changed"}
         ``blog``: float32 images scaled to [0, 1], as the post's input pipeline made them;
         ``changed``: the uint8 pixels themselves.
-    size : int
-        Images in the batch.
-    image_size : int
-        Side of the square images in pixels.
+    size, image_size : int
+        Images in the batch, and the side of the square images in pixels.
     seed : int, optional
         Seed of the NumPy generator.
 

@@ -29,7 +29,6 @@ def block(value: Any) -> Any:
     Returns
     -------
     object
-        ``value``, computed.
     """
     name = keras.backend.backend()
     if name == "jax":
@@ -65,10 +64,8 @@ def time_step(
     x, y : array_like or backend tensor
         A batch: NumPy arrays are converted at every call (and copied to a GPU), tensors made
         once are not.
-    repeats : int, optional
-        Timed calls; their median is the step time.
-    warmup : int, optional
-        Untimed calls first.
+    repeats, warmup : int, optional
+        Timed calls (their median is the step time), and untimed ones first.
 
     Returns
     -------
@@ -126,10 +123,8 @@ def profile_layers(
         A functional model.
     x : numpy.ndarray
         An input batch.
-    repeats : int, optional
-        Timed calls per measurement; their median is kept.
-    warmup : int, optional
-        Untimed calls first.
+    repeats, warmup : int, optional
+        Timed calls per measurement (their median is kept), and untimed ones first.
 
     Returns
     -------

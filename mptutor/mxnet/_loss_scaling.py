@@ -39,10 +39,8 @@ def gradient_stats(net: gluon.Block, fmt: Any = "fp16") -> gradients.GradientSta
 
     Raises
     ------
-    TypeError
-        If ``net`` is not a Gluon ``Block``.
-    ValueError
-        If ``fmt`` is not a format :func:`mptutor.formats.get` knows.
+    TypeError, ValueError
+        If ``net`` is not a Gluon ``Block``, or ``fmt`` is not a known format.
     """
     check_type(net, "net", gluon.Block, "an mxnet.gluon.Block")
     return gradients.gradient_stats([p.grad().asnumpy() for p in _trainable(net)], fmt)
@@ -74,8 +72,6 @@ class LossScaledStep:
     ----------
     params : list of mxnet.gluon.Parameter
         The parameters that take a gradient.
-    loss_scaler : mptutor.scaling.LossScaler
-        The scaler; its ``history`` records every step's scale and whether it was skipped.
 
     Raises
     ------

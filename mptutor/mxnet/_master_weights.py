@@ -143,12 +143,10 @@ def save_master_weights(
 
     Parameters
     ----------
-    net : mxnet.gluon.Block
-        The network.
+    net, trainer
+        As for :func:`master_weights`.
     path : path-like
         Where to write; its folder must exist.
-    trainer : mxnet.gluon.Trainer, optional
-        The trainer; required when the network has float16 parameters.
 
     Returns
     -------
@@ -157,10 +155,8 @@ def save_master_weights(
 
     Raises
     ------
-    ValueError
-        See :func:`master_weights`.
-    FileNotFoundError
-        If the folder of ``path`` does not exist.
+    ValueError, FileNotFoundError
+        As :func:`master_weights`, or if the folder of ``path`` does not exist.
     """
     target = Path(path)
     if not target.parent.is_dir():
@@ -227,11 +223,10 @@ def load_master_weights(
 
     Raises
     ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        If the file is not a dict of float32 arrays, its names or shapes do not match the
-        network's, or a ``trainer`` is given while parameters wait for deferred initialisation.
+    FileNotFoundError, ValueError
+        If ``path`` does not exist, the file is not a dict of float32 arrays whose names and
+        shapes match the network's, or a ``trainer`` is given while parameters wait for deferred
+        initialisation.
     """
     source = Path(path)
     params = _params_of(net)
@@ -389,19 +384,18 @@ def multi_precision_survey(
     Returns
     -------
     table : Table
-        One row per optimizer: ``optimizer``; ``code`` (``own`` fused multi-precision kernels
-        or the base class's ``generic`` wrapper); ``fp32 master`` (``moved``, ``unchanged``,
-        ``none`` or the error) and ``fp16 weight after`` with ``multi_precision=True``;
-        ``warnings`` (how many were raised with it); ``without multi_precision`` (whether the
-        float16 weight ``moved``, stayed ``unchanged``, or the error).
+        One row per optimizer: ``code`` (``own`` fused kernels or the ``generic`` wrapper);
+        with ``multi_precision``, ``fp32 master`` (``moved``, ``unchanged``, ``none`` or the
+        error), ``fp16 weight after`` and ``warnings``; ``without multi_precision`` (``moved``,
+        ``unchanged`` or the error).
     trials : list of (OptimizerTrial, OptimizerTrial)
-        What happened with and without ``multi_precision``, in the table's order.
+        With and without ``multi_precision``, in the table's order.
 
     Raises
     ------
     TypeError, ValueError
-        For a name that is not registered, ``steps`` that is not an int of at least 1, or a
-        ``learning_rate`` that is not positive and finite.
+        For a name not registered, ``steps`` not an int of at least 1, or a ``learning_rate``
+        not positive and finite.
     """
     steps = check_scalar(steps, "steps", int, min_val=1)
     learning_rate = check_scalar(

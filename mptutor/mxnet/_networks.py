@@ -92,11 +92,10 @@ def get_network(
 
     Raises
     ------
-    TypeError
-        If ``classes`` or ``classes_multiple`` is not an int, or ``ctx`` is not a Context.
-    ValueError
-        For an unknown ``name`` or ``dtype``, ``classes`` or ``classes_multiple`` below 1, or
-        a ``dtype`` the context cannot run (float16 on a CPU, bfloat16 on a GPU).
+    TypeError, ValueError
+        For an unknown ``name`` or ``dtype``, ``classes`` or ``classes_multiple`` not an int of
+        at least 1, ``ctx`` not a Context, or a ``dtype`` it cannot run (float16 on a CPU,
+        bfloat16 on a GPU).
     RuntimeError
         For a float32 or float16 network after ``amp.init`` in this process.
     """
@@ -215,8 +214,7 @@ def image_folder_loaders(
     Returns
     -------
     Loaders
-        ``train`` and ``test`` loaders, ``classes`` (label ``i`` is ``classes[i]``),
-        ``num_classes``, ``num_train``, ``num_test``, ``image_size``, ``batch_size``.
+        ``train`` and ``test`` loaders, ``classes`` (label ``i`` is ``classes[i]``), the counts.
 
     Raises
     ------

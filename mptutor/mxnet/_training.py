@@ -115,13 +115,10 @@ def make_trainer(
     net : mxnet.gluon.Block
         The network.
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
-        Its training type; ``"bfloat16"`` also calls ``amp.init_trainer`` (dynamic loss
-        scaling).
+        Its training type; ``"bfloat16"`` also calls ``amp.init_trainer`` (dynamic loss scaling).
     multi_precision : bool, default True
-        The optimizer updates a float32 copy of every float16 parameter and copies the result
-        back rounded to float16.
+        Update a float32 copy of every float16 parameter, copied back rounded to float16.
     learning_rate : float, default 0.05
-        The learning rate.
 
     Returns
     -------
@@ -189,10 +186,8 @@ def train(
         Number of passes over ``train_data`` (at least 1).
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
         Training type; it must match the network's parameters.
-    multi_precision : bool, default True
-        Keep float32 master weights in the optimizer (see :func:`make_trainer`).
-    learning_rate : float, default 0.05
-        Of the trainer made by :func:`make_trainer`.
+    multi_precision, learning_rate
+        Of the trainer, made by :func:`make_trainer`.
     progress : bool, default True
         Show a tqdm progress bar.
     history : History, optional
@@ -335,7 +330,7 @@ def evaluate(net: gluon.Block, data: Iterable[Any], dtype: str | None = None) ->
     Returns
     -------
     float
-        Correct predictions divided by the number of images.
+        The share of correct predictions.
 
     Raises
     ------
@@ -352,11 +347,7 @@ def predict(
 
     Parameters
     ----------
-    net : mxnet.gluon.Block
-        The network.
-    data : iterable of (NDArray, NDArray)
-        Batches, e.g. ``loaders.test``.
-    dtype : str, optional
+    net, data, dtype
         As for :func:`evaluate`.
 
     Returns
@@ -367,7 +358,7 @@ def predict(
     Raises
     ------
     ValueError
-        If ``data`` yields no batch, or float16 is asked for on a CPU.
+        As :func:`evaluate`.
     """
     predicted, labels = [], []
     for out, y in _outputs(net, data, *_where_and_how(net, dtype)):
@@ -391,14 +382,12 @@ def refresh_statistics(
 
     Parameters
     ----------
-    net : mxnet.gluon.Block
-        The network; its parameters must be initialised.
+    net, dtype
+        As for :func:`evaluate`.
     data : iterable of (NDArray, NDArray)
         Training batches, e.g. ``loaders.train``.
     batches : int
-        How many batches to fold in, at least 1; fewer are used if ``data`` runs out.
-    dtype : str, optional
-        As for :func:`evaluate`.
+        How many batches to fold in, at least 1 (fewer if ``data`` runs out).
 
     Returns
     -------

@@ -138,18 +138,12 @@ def measure_gemm(
     Parameters
     ----------
     precision : str
-        ``"fp32"`` (strict: TF32 off), ``"tf32"``, ``"fp16"``, ``"bf16"`` or ``"fp8_e4m3"``,
-        spelled as :func:`mptutor.formats.precision` reads it.
+        ``"fp32"`` (strict), ``"tf32"``, ``"fp16"``, ``"bf16"`` or ``"fp8_e4m3"``, as
+        :func:`mptutor.formats.precision` reads it.
     m, n, k : int
         ``A`` is ``(m, k)``, ``B`` is ``(k, n)``.
-    device : str or torch.device, optional
-        Where it runs.
-    repeats : int, optional
-        Timed samples.
-    min_sample_s : float, optional
-        Shortest sample (see :func:`time_calls`).
-    graph : bool, optional
-        Use a CUDA graph on a GPU.
+    device, repeats, min_sample_s, graph
+        As for :func:`time_calls`.
     fp8_fast_accum : bool, optional
         ``use_fast_accum`` of ``torch._scaled_mm`` for FP8 (faster, less accurate sums).
 
@@ -206,12 +200,10 @@ def gemm_sweep(
     ----------
     sizes : sequence of int
         The sizes ``n`` (each at least 2).
-    device : str or torch.device, optional
-        Where the products run.
     precisions : sequence of str, optional
         Precisions of :func:`measure_gemm` (default: all five, strict FP32 first).
-    repeats, min_sample_s, graph, fp8_fast_accum
-        As in :func:`measure_gemm`.
+    device, repeats, min_sample_s, graph, fp8_fast_accum
+        As for :func:`measure_gemm`.
     clock_warmup_s : float, optional
         Seconds of FP16 products on a GPU before the first row (0: none).
 

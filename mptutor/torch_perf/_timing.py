@@ -70,11 +70,6 @@ def tf32(enabled: bool) -> Iterator[None]:
     enabled : bool
         ``True`` for TF32 Tensor Core math, ``False`` for strict (IEEE) FP32.
 
-    Yields
-    ------
-    None
-        Control returns to the ``with`` block while the setting holds.
-
     Examples
     --------
     >>> with tf32(False):
@@ -108,7 +103,6 @@ def time_calls(
     fn : callable
         Called with no arguments; its result is dropped.
     device : str or torch.device, optional
-        Where ``fn`` runs.
     repeats : int, optional
         Timed samples (at least 1).
     warmup : int, optional

@@ -50,13 +50,11 @@ def measure_training(
     build_model : callable
         Returns an FP32 ``nn.Module`` taking ``(batch, 3, image_size, image_size)`` images.
     mode : str
-        ``"fp32"`` (strict: TF32 off), ``"tf32"``, ``"amp_fp16"`` (autocast to FP16 and
-        ``torch.amp.GradScaler``) or ``"amp_bf16"`` (autocast to BF16, no scaler), spelled as
-        :func:`mptutor.formats.precision` reads it.
+        ``"fp32"`` (strict), ``"tf32"``, ``"amp_fp16"`` (autocast and ``GradScaler``) or
+        ``"amp_bf16"`` (autocast, no scaler), as :func:`mptutor.formats.precision` reads it.
     batch, image_size, classes : int
         The synthetic batch.
     device : str or torch.device, optional
-        Where it runs (``"cuda"``, ``"cuda:1"``, ``"cpu"``).
     steps, warmup : int, optional
         Timed and untimed steps.
     channels_last : bool, optional
@@ -164,7 +162,6 @@ def conv_step_times(
     layouts : sequence of str, optional
         ``"NCHW"`` and/or ``"channels_last"``.
     device : str or torch.device, optional
-        Where it runs.
     repeats : int, optional
         Timed calls after the first (plus two untimed ones).
 
@@ -175,10 +172,8 @@ def conv_step_times(
 
     Raises
     ------
-    ValueError
-        For an unknown layout.
-    RuntimeError
-        If the fresh process fails (its error output is in the message).
+    ValueError, RuntimeError
+        For an unknown layout, or if the fresh process fails (its error output in the message).
     """
     unknown = [name for name in layouts if name not in _LAYOUTS]
     if unknown:
