@@ -104,10 +104,6 @@ def time_fn(
         ``"cpu"`` or ``"cuda"``/``"cuda:N"`` (waited for after each call; for GPU work shorter
         than a few milliseconds, ``mptutor.torch_perf.time_calls`` times many calls a sample).
 
-    Returns
-    -------
-    Timing
-
     Raises
     ------
     TypeError, ValueError

@@ -25,22 +25,10 @@ from mptutor._checks import check_scalar
 from mptutor.table import Table
 
 __all__ = [
-    "Format",
-    "FORMAT_NAMES",
-    "SPELLINGS",
-    "PRECISIONS",
-    "precision",
-    "get",
-    "all_formats",
-    "ulp",
-    "round_to",
-    "update_survives",
-    "lost_update_ratio",
-    "always_lost_update_ratio",
-    "representable_values",
-    "table",
-    "dtype_name",
-]
+    "Format", "FORMAT_NAMES", "SPELLINGS", "PRECISIONS", "precision", "get", "all_formats",
+    "ulp", "round_to", "update_survives", "lost_update_ratio", "always_lost_update_ratio",
+    "representable_values", "table", "dtype_name",
+]  # fmt: skip
 
 # The formats, widest first: short name, the NumPy (or ml_dtypes) type that stores it, and its
 # other spellings. "float" and "single" mean float32, as in the frameworks (torch.float).
@@ -97,10 +85,6 @@ def precision(name: str) -> str:
     ----------
     name : str
         A key of :data:`PRECISIONS`, in any case, with ``-`` or ``_``.
-
-    Returns
-    -------
-    str
 
     Raises
     ------
@@ -260,10 +244,6 @@ def get(fmt: Any) -> Format:
         ``"fp16"``, ``"float16"``, ``"half"``, ``np.float16``, ``torch.float16``, ``"e5m2"``,
         ... (:data:`SPELLINGS`), or an array or tensor, whose dtype is taken.
 
-    Returns
-    -------
-    Format
-
     Raises
     ------
     ValueError
@@ -295,10 +275,6 @@ def all_formats(block: bool = False) -> list[Format]:
     ----------
     block : bool, optional
         Also return fp6_e2m3, fp6_e3m2, fp4_e2m1 and e8m0 (with ml_dtypes >= 0.5).
-
-    Returns
-    -------
-    list of Format
     """
     return [get(name) for name in FORMAT_NAMES + (_BLOCK_NAMES if block else ())]
 
@@ -310,10 +286,6 @@ def table(fmts: Any = None) -> Table:
     ----------
     fmts : str, dtype or sequence of them, optional
         Which formats, in order; those of :func:`all_formats` by default.
-
-    Returns
-    -------
-    Table
     """
     if isinstance(fmts, (str, Format)) or not (fmts is None or isinstance(fmts, Iterable)):
         fmts = [fmts]  # one format alone

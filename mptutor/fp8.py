@@ -23,15 +23,9 @@ from mptutor import formats
 from mptutor._checks import check_format, check_scalar
 
 __all__ = [
-    "scale_from_amax",
-    "quantize",
-    "dequantize",
-    "DelayedScaling",
-    "mx_quantize",
-    "mx_dequantize",
-    "nvfp4_quantize",
-    "nvfp4_dequantize",
-]
+    "scale_from_amax", "quantize", "dequantize", "DelayedScaling",
+    "mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize",
+]  # fmt: skip
 
 # The element formats of block scaling (MXFP8, MXFP6, MXFP4; NVFP4 uses fp4_e2m1).
 _ELEMENT_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")

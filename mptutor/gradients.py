@@ -109,10 +109,6 @@ def gradient_stats(values: np.ndarray | Iterable[np.ndarray], fmt: Any = "fp16")
     fmt : str or dtype, optional
         The format to compare with (see :func:`mptutor.formats.get`).
 
-    Returns
-    -------
-    GradientStats
-
     Raises
     ------
     TypeError, ValueError

@@ -339,10 +339,6 @@ def report(refresh: bool = False) -> HardwareReport:
     refresh : bool, optional
         Probe again instead of returning the report made earlier in this process.
 
-    Returns
-    -------
-    HardwareReport
-
     Raises
     ------
     TypeError

@@ -44,10 +44,6 @@ def is_tensor_core_kernel(name: str) -> bool:
     name : str
         The kernel name as the profiler reports it.
 
-    Returns
-    -------
-    bool
-
     Raises
     ------
     TypeError

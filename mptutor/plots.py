@@ -23,13 +23,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from mptutor.scaling import ScaleHistory
 
 __all__ = [
-    "format_ranges",
-    "value_spacing",
-    "update_survival",
-    "gradient_histogram",
-    "loss_scale_trace",
-    "loss_curves",
-]
+    "format_ranges", "value_spacing", "update_survival",
+    "gradient_histogram", "loss_scale_trace", "loss_curves",
+]  # fmt: skip
 
 _NORMAL, _SUBNORMAL = "#1f77b4", "#fdae6b"
 _BANDS = ("#bdbdbd", "#fdd0a2", "#c7e9c0", "#fc9272")  # flushed to zero, subnormal, normal, over

@@ -22,19 +22,8 @@ from mptutor.keras_cnn._models import CONVOLUTIONS, PadChannels, build_model, ma
 from mptutor.keras_cnn._timing import block, plot_step_times, profile_layers, time_step  # noqa: E402
 
 __all__ = [
-    "CONVOLUTIONS",
-    "PadChannels",
-    "build_model",
-    "make_batch",
-    "DATASHEETS",
-    "layer_flops",
-    "layer_costs",
-    "training_flops",
-    "tensor_core_check",
-    "roofline",
-    "roofline_table",
-    "block",
-    "time_step",
-    "profile_layers",
-    "plot_step_times",
-]
+    "CONVOLUTIONS", "PadChannels", "build_model", "make_batch",
+    "DATASHEETS", "layer_flops", "layer_costs", "training_flops", "tensor_core_check",
+    "roofline", "roofline_table",
+    "block", "time_step", "profile_layers", "plot_step_times",
+]  # fmt: skip

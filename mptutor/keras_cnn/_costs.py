@@ -52,10 +52,6 @@ def layer_flops(layer: keras.layers.Layer, batch_size: int = 1) -> int:
         A layer of a built functional model (its ``input`` and ``output`` are known).
     batch_size : int, optional
         Images in the batch.
-
-    Returns
-    -------
-    int
     """
     batch_size = check_scalar(batch_size, "batch_size", int, min_val=1)
     n_out = batch_size * _values(layer.output.shape)

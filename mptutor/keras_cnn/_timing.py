@@ -25,10 +25,6 @@ def block(value: Any) -> Any:
     ----------
     value : object
         What the timed call returned.
-
-    Returns
-    -------
-    object
     """
     name = keras.backend.backend()
     if name == "jax":
@@ -66,10 +62,6 @@ def time_step(
         once are not.
     repeats, warmup : int, optional
         Timed calls (their median is the step time), and untimed ones first.
-
-    Returns
-    -------
-    mptutor.bench.Timing
     """
     return bench.time_fn(lambda: model.train_on_batch(x, y), repeats=repeats, warmup=warmup)
 

@@ -41,22 +41,9 @@ from mptutor.mxnet._networks import channel_alignment, get_network, image_folder
 from mptutor.mxnet._training import evaluate, make_trainer, predict, refresh_statistics, train
 
 __all__ = [
-    "seed",
-    "context",
-    "probe_bf16",
-    "round_up",
-    "get_network",
-    "channel_alignment",
-    "image_folder_loaders",
-    "make_trainer",
-    "train",
-    "evaluate",
-    "predict",
-    "refresh_statistics",
-    "master_weights",
-    "save_master_weights",
-    "load_master_weights",
-    "gradient_stats",
-    "LossScaledStep",
-    "multi_precision_survey",
-]
+    "seed", "context", "probe_bf16",
+    "round_up", "get_network", "channel_alignment", "image_folder_loaders",
+    "make_trainer", "train", "evaluate", "predict", "refresh_statistics",
+    "master_weights", "save_master_weights", "load_master_weights",
+    "gradient_stats", "LossScaledStep", "multi_precision_survey",
+]  # fmt: skip

@@ -33,10 +33,6 @@ def gradient_stats(net: gluon.Block, fmt: Any = "fp16") -> gradients.GradientSta
     fmt : str or dtype, optional
         A format :func:`mptutor.formats.get` knows (``"fp16"``, ``numpy.float16``, ...).
 
-    Returns
-    -------
-    mptutor.gradients.GradientStats
-
     Raises
     ------
     TypeError, ValueError

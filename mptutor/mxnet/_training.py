@@ -120,10 +120,6 @@ def make_trainer(
         Update a float32 copy of every float16 parameter, copied back rounded to float16.
     learning_rate : float, default 0.05
 
-    Returns
-    -------
-    mxnet.gluon.Trainer
-
     Raises
     ------
     TypeError, ValueError

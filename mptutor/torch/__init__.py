@@ -33,34 +33,14 @@ from mptutor.torch._torchao import import_torchao
 
 __all__ = [
     "device",
-    "prep_param_lists",
-    "model_grads_to_master_grads",
-    "master_params_to_model_params",
-    "MasterWeightOptimizer",
-    "bn_to_float",
-    "network_to_half",
-    "gradient_stats",
-    "tensor_core_kernels",
-    "count_host_syncs",
-    "find_nonfinite",
-    "tensor_core_audit",
-    "Workers",
-    "launch",
-    "WorkerError",
-    "choose_backend",
-    "headroom",
-    "stochastic_round",
-    "FP8Linear",
-    "to_fp8",
-    "FP4Linear",
-    "to_fp4",
-    "nvfp4_fake_quantize",
-    "hadamard_transform",
-    "import_torchao",
-    "Decoder",
-    "MarkovChain",
-    "next_token_loss",
-]
+    "prep_param_lists", "model_grads_to_master_grads", "master_params_to_model_params",
+    "MasterWeightOptimizer", "bn_to_float", "network_to_half", "gradient_stats",
+    "tensor_core_kernels", "count_host_syncs", "find_nonfinite", "tensor_core_audit",
+    "Workers", "launch", "WorkerError", "choose_backend",
+    "headroom", "stochastic_round",
+    "FP8Linear", "to_fp8", "FP4Linear", "to_fp4", "nvfp4_fake_quantize", "hadamard_transform",
+    "import_torchao", "Decoder", "MarkovChain", "next_token_loss",
+]  # fmt: skip
 
 
 def device() -> str:

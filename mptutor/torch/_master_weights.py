@@ -189,10 +189,6 @@ def gradient_stats(
     fmt : str or dtype, optional
         A format :func:`mptutor.formats.get` knows (``"fp16"``, ``torch.bfloat16``, ...).
 
-    Returns
-    -------
-    mptutor.gradients.GradientStats
-
     Raises
     ------
     TypeError, ValueError

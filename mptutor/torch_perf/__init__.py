@@ -10,12 +10,6 @@ from mptutor.torch_perf._timing import tf32, tf32_settings, time_calls
 from mptutor.torch_perf._training import conv_step_times, measure_training
 
 __all__ = [
-    "tf32",
-    "tf32_settings",
-    "time_calls",
-    "gemm_flops",
-    "measure_gemm",
-    "gemm_sweep",
-    "measure_training",
-    "conv_step_times",
-]
+    "tf32", "tf32_settings", "time_calls",
+    "gemm_flops", "measure_gemm", "gemm_sweep", "measure_training", "conv_step_times",
+]  # fmt: skip

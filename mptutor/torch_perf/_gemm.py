@@ -32,10 +32,6 @@ def gemm_flops(m: int, n: int, k: int) -> int:
     ----------
     m, n, k : int
         The dimensions.
-
-    Returns
-    -------
-    int
     """
     return 2 * m * n * k
 
