@@ -96,10 +96,8 @@ def time_fn(
     ----------
     fn : callable
         Called with no arguments.
-    repeats : int, optional
-        Timed calls (at least 1).
-    warmup : int, optional
-        Untimed calls first (kernel selection, caches, allocator).
+    repeats, warmup : int, optional
+        Timed calls (at least 1), and untimed calls first (kernel selection, caches, allocator).
     device : str or torch.device, optional
         ``"cpu"`` or ``"cuda"``/``"cuda:N"`` (waited for after each call; for GPU work shorter
         than a few milliseconds, ``mptutor.torch_perf.time_calls`` times many calls a sample).
@@ -292,10 +290,8 @@ def provenance(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str
 
     Parameters
     ----------
-    path : path-like
-        The record's file.
-    record : dict
-        The record, as :func:`find_records` gives it.
+    path, record : path-like, dict
+        A record's file and the record, as :func:`find_records` gives them.
 
     Returns
     -------

@@ -419,13 +419,11 @@ def caltech101(
     Parameters
     ----------
     root : path-like, optional
-        Data folder (default: see the module). The archive stays at
-        ``root/caltech-101.zip``, everything else goes under ``root/caltech101``.
+        Data folder (default: see the module): ``root/caltech-101.zip``, ``root/caltech101``.
     test_per_class : int or float, default 10
-        Test images per class: a number, or a fraction of each class. The smallest classes
-        have 31 images.
+        Test images per class (the smallest have 31), or a fraction of each class.
     seed : int, default 0
-        Seed of the split; the same seed gives the same split on every machine.
+        Seed of the split, the same on every machine.
     progress : bool, default True
         Show a download progress bar and status lines on stderr.
 
@@ -439,8 +437,7 @@ def caltech101(
     ------
     DatasetError
         If the download fails or does not match its checksum, or the archive cannot be
-        extracted (it is deleted, so the next run downloads it again). The message says what
-        to do.
+        extracted (then deleted, for the next run); the message says what to do.
     TypeError, ValueError
         For a bad argument (``test_per_class`` an int of at least 1 or a float in (0, 1)), before
         any download.
@@ -495,12 +492,11 @@ def digits_image_folder(
     Parameters
     ----------
     root : path-like, optional
-        Data folder (default: see the module). The images go to
-        ``root/digits-<size>px-seed<seed>-test<test_fraction>``.
+        Data folder (default: see the module), for ``digits-<size>px-seed<seed>-test<...>``.
     size : int, default 32
         Edge length of the images in pixels (at least 8).
     seed : int, default 0
-        Seed of the per-class train/test split.
+        Seed of the per-class split.
     test_fraction : float, default 0.2
         Fraction of each class put in the test folder (rounded per class).
 

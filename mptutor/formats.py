@@ -1,10 +1,9 @@
 """Floating-point formats used in mixed-precision training, through NumPy and ml_dtypes.
 
-Every fact is read from the format's definition (``ml_dtypes.finfo``) or computed by rounding
-in it. A format is named by a short name (``"fp16"``), NumPy's name (``"float16"``), another
-spelling (``"half"``), a dtype of any library (``torch.float16``: matched by name, nothing is
-imported), or an array or tensor: :data:`SPELLINGS` is the one table of spellings.
-:data:`PRECISIONS` names the ways of computing that the lessons compare.
+Every fact is read from ``ml_dtypes.finfo`` or computed by rounding. A format is named by a
+short name (``"fp16"``), NumPy's name, another spelling (``"half"``, :data:`SPELLINGS`), a dtype
+of any library (matched by name, nothing imported), or an array or tensor. :data:`PRECISIONS`
+names the ways of computing that the lessons compare.
 
 >>> get("fp16").max, float(ulp(32768, "fp16")), bool(update_survives(1.0, 1e-4, "fp16"))
 (65504.0, 32.0, False)
@@ -154,12 +153,9 @@ class Format:
         The NumPy (or ml_dtypes) dtype that stores values of this format.
     bits, exponent_bits, mantissa_bits : int
         Storage bits, exponent bits and stored fraction bits (the significand has one more).
-    max : float
-        Largest finite value.
-    smallest_normal, smallest_subnormal : float
-        ``2**min_exponent`` and ``2**(min_exponent - mantissa_bits)``.
-    eps : float
-        Machine epsilon: the distance from 1.0 to the next larger value.
+    max, smallest_normal, smallest_subnormal, eps : float
+        The largest finite value, ``2**min_exponent``, ``2**(min_exponent - mantissa_bits)``,
+        and the distance from 1.0 to the next larger value.
     min_exponent, max_exponent : int
         Exponents of the smallest normal value and of the largest binade.
     has_inf : bool
@@ -364,10 +360,9 @@ def round_to(x: Any, fmt: Any) -> np.ndarray | np.generic:
 
     Raises
     ------
-    TypeError
-        If ``x`` holds something other than real numbers (strings, bools, complex, ``None``).
-    ValueError
-        If the format is unknown or ``e8m0``, or ``x`` holds NaN and the format has none.
+    TypeError, ValueError
+        If ``x`` holds other than real numbers (strings, bools, complex, ``None``), the format
+        is unknown or ``e8m0``, or ``x`` holds NaN and the format has none.
 
     Examples
     --------
@@ -472,33 +467,23 @@ def update_survives(weight: Any, update: Any, fmt: Any) -> np.ndarray | np.bool_
 
 
 def lost_update_ratio(fmt: Any) -> float:
-    """Largest ``|update / weight|`` that can be lost, at a power-of-two weight.
+    """Largest ``|update / weight|`` that can be lost: ``2**-(mantissa_bits + 1)`` (fp16: 2**-11).
 
     Parameters
     ----------
     fmt : str or dtype
-        The format, see :func:`get`.
-
-    Returns
-    -------
-    float
-        ``2**-(mantissa_bits + 1)``: ``2**-11`` for fp16 (:attr:`Format.lost_update_ratio`).
+        The format, see :func:`get` (:attr:`Format.lost_update_ratio`).
     """
     return get(fmt).lost_update_ratio
 
 
 def always_lost_update_ratio(fmt: Any) -> float:
-    """Largest ``|update / weight|`` that is lost whatever the weight.
+    """Largest ``|update / weight|`` lost whatever the weight: ``2**-(mantissa_bits + 2)``.
 
     Parameters
     ----------
     fmt : str or dtype
         The format, see :func:`get`.
-
-    Returns
-    -------
-    float
-        ``2**-(mantissa_bits + 2)``: ``2**-12`` for fp16.
     """
     return get(fmt).always_lost_update_ratio
 

@@ -1,10 +1,9 @@
 """FP8 and block scaling, framework-free (NumPy and ml_dtypes).
 
-A per-tensor scale maps a tensor's largest magnitude (its *amax*) onto the format's largest
-value and multiplies before the cast, as in Transformer Engine: ``q = fmt(x * scale)``,
-``x ~ q / scale``. Block scales (MX: 32 values, NVFP4: 16) are stored the other way round, as
-those formats define them: ``x ~ element * scale``. Formats are named as in
-:mod:`mptutor.formats`; FP6, FP4 and E8M0 need ml_dtypes 0.5 or newer.
+A per-tensor scale maps a tensor's largest magnitude (*amax*) onto the format's largest value,
+as in Transformer Engine: ``q = fmt(x * scale)``, ``x ~ q / scale``. Block scales (MX: 32
+values, NVFP4: 16) go the other way, as those formats define them: ``x ~ element * scale``.
+FP6, FP4 and E8M0 need ml_dtypes 0.5 or newer.
 
 >>> s = scale_from_amax(3.5, "fp8_e4m3")  # 448 / 3.5 = 128: 0.01 rounds, 7 saturates
 >>> s, [float(v) for v in dequantize(quantize([3.5, 0.01, 7.0], "fp8_e4m3", s), s)]
@@ -272,10 +271,9 @@ def mx_quantize(
 
     Returns
     -------
-    elements : numpy.ndarray
-        ``x / scale`` rounded to the element format, saturating; the shape of ``x``.
-    scales : numpy.ndarray of float8_e8m0fnu
-        One per block: shape ``x.shape[:-1] + (x.shape[-1] // block,)``.
+    elements, scales : numpy.ndarray
+        ``x / scale`` rounded to the element format (saturating, the shape of ``x``), and the
+        E8M0 scales, one per block (shape ``x.shape[:-1] + (x.shape[-1] // block,)``).
     """
     f = _format(elem_fmt, "elem_fmt", _ELEMENT_FORMATS)
     block = check_scalar(block, "block", int, min_val=1)

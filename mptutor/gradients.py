@@ -25,10 +25,8 @@ class GradientStats:
 
     Attributes
     ----------
-    fmt : str
-        The format the values are compared with, e.g. ``"fp16"``.
-    count : int
-        Number of values.
+    fmt, count : str, int
+        The format the values are compared with (``"fp16"``), and the number of values.
     zeros, nonfinite : int
         Values that are exactly zero; values that are inf or NaN.
     underflow, subnormal, overflow : int

@@ -1,9 +1,8 @@
 """The (random) Hadamard transform on blocks of values, framework-free (NumPy).
 
-NVFP4 training recipes apply a random Hadamard transform to both inputs of the weight-gradient
-product along its reduction axis, in blocks of 16: an outlier is spread over its block before
-the block is quantized, and because the matrix ``R`` is orthonormal (``R.T @ R = I``) it cancels
-in the product, ``(A @ R.T) @ (B @ R.T).T = A @ B.T``.
+NVFP4 recipes apply it to both inputs of the weight-gradient product, in blocks of 16 along its
+reduction axis: an outlier is spread over its block before quantization, and ``R`` being
+orthonormal, it cancels: ``(A @ R.T) @ (B @ R.T).T = A @ B.T``.
 
 >>> h = hadamard_matrix(4) * 2  # entries +-1/2 before the factor 2
 >>> h.astype(int).tolist()
@@ -50,7 +49,7 @@ def _check(shape: tuple[int, ...], seed: Any, block: Any, inverse: Any, name: st
 
 
 def hadamard_matrix(n: int = 16) -> np.ndarray:
-    """Return the n x n Sylvester Hadamard matrix over ``sqrt(n)``: symmetric, ``H @ H = I``.
+    """Return the n x n Sylvester Hadamard matrix over ``sqrt(n)`` (float64): ``H @ H = I``.
 
     ``H_1 = [1]``, ``H_2n = [[H_n, H_n], [H_n, -H_n]]``.
 
@@ -58,11 +57,6 @@ def hadamard_matrix(n: int = 16) -> np.ndarray:
     ----------
     n : int, optional
         Size, a power of two from 1 to ``2**14``.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64, shape ``(n, n)``.
 
     Raises
     ------
@@ -94,7 +88,7 @@ def random_signs(n: int = 16, seed: int | None = 0) -> np.ndarray:
 
 
 def random_hadamard(n: int = 16, seed: int | None = 0) -> np.ndarray:
-    """Return ``H @ diag(s)`` (``s`` :func:`random_signs`): still orthonormal, ``R.T @ R = I``.
+    """Return ``H @ diag(s)`` (``s`` :func:`random_signs`), float64: still ``R.T @ R = I``.
 
     Parameters
     ----------
@@ -102,11 +96,6 @@ def random_hadamard(n: int = 16, seed: int | None = 0) -> np.ndarray:
         Size, a power of two from 1 to ``2**14``.
     seed : int or None, optional
         Seed of the signs (an int >= 0); None gives :func:`hadamard_matrix` itself.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64, shape ``(n, n)``.
     """
     n = _power_of_two(n, "n")
     return hadamard_matrix(n) * random_signs(n, seed)
@@ -134,8 +123,7 @@ def hadamard_transform(
     Returns
     -------
     numpy.ndarray
-        The shape of ``x``; float64 for float64 or integer input, float32 otherwise (the
-        product is computed in float64 and rounded once).
+        The shape of ``x``; float64 for float64 or integer input, else float32 (rounded once).
 
     Raises
     ------

@@ -307,7 +307,6 @@ def pick(cpu: T, gpu: T, on: Any = None) -> T:
     Returns
     -------
     object
-        ``gpu`` or ``cpu``.
 
     Raises
     ------

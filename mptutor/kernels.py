@@ -1,15 +1,10 @@
 """Which CUDA kernels ran on Tensor Cores, told from their names alone (framework-free).
 
-A profiler (PyTorch's, Nsight Systems, TensorFlow's) reports kernel names, and those names say
-whether a kernel used Tensor Cores; :func:`mptutor.torch.tensor_core_kernels` judges them here.
+A profiler (PyTorch's, Nsight Systems, TensorFlow's) reports kernel names;
+:func:`mptutor.torch.tensor_core_kernels` judges them here.
 
-Examples
---------
->>> from mptutor import kernels
->>> kernels.is_tensor_core_kernel("volta_h884gemm_64x64_ldg8_nn")
-True
->>> kernels.is_tensor_core_kernel("ampere_sgemm_128x64_nn")
-False
+>>> is_tensor_core_kernel("volta_h884gemm_64x64_ldg8_nn"), is_tensor_core_kernel("sgemm_nn")
+(True, False)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Figures for the notebooks, drawn with matplotlib (imported when a figure is drawn).
 
-Every function takes ``ax``, the matplotlib Axes to draw into (a new figure without it), and
+Every function takes ``ax``, the matplotlib Axes to draw into (``None``: a new figure), and
 returns the figure.
 """
 
@@ -88,7 +88,6 @@ def format_ranges(
         Formats to draw, top to bottom.
     xlim : tuple of float or None, optional
         Limits of the log2 axis (a bar beyond one ends in an arrow head); ``None`` fits them all.
-    ax : matplotlib.axes.Axes, optional
 
     Returns
     -------
@@ -160,7 +159,6 @@ def value_spacing(
         The interval to show.
     fmts : str, dtype or sequence of them, optional
         Formats to show, one row each.
-    ax : matplotlib.axes.Axes, optional
 
     Returns
     -------
@@ -217,7 +215,6 @@ def update_survival(
         The ``update / weight`` ratios swept (x axis, log2 scale).
     survived : mapping of str to numpy.ndarray
         For each format name, the share (0 to 1) of weights the update changed at each ratio.
-    ax : matplotlib.axes.Axes, optional
 
     Returns
     -------
@@ -267,7 +264,6 @@ def gradient_histogram(
     ----------
     stats : GradientStats or mapping of str to GradientStats
         From :func:`mptutor.gradients.gradient_stats`, several with their labels, one format.
-    ax : matplotlib.axes.Axes, optional
 
     Returns
     -------
@@ -322,7 +318,6 @@ def loss_scale_trace(
     ----------
     history : ScaleHistory or mapping of str to ScaleHistory
         A scaler's ``history``; several runs with their labels.
-    ax : matplotlib.axes.Axes, optional
 
     Returns
     -------
@@ -366,7 +361,6 @@ def loss_curves(
         in the legend.
     window : int, optional
         Steps of the trailing running mean; 1 draws the raw losses.
-    ax : matplotlib.axes.Axes, optional
 
     Returns
     -------

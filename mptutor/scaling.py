@@ -439,7 +439,7 @@ class DynamicLossScaler(_Scaler):
         Returns
         -------
         dict
-            The state, the settings, ``steps`` and, if asked for, ``history``: plain values.
+            Plain values: the state, the settings, ``steps`` and, if asked for, ``history``.
         """
         state = {
             "type": "DynamicLossScaler",

@@ -101,7 +101,6 @@ class LossScaledStep:
     Parameters
     ----------
     model : keras.Model or keras.Layer
-        The model.
     optimizer : keras.optimizers.Optimizer
         A plain Keras 3 optimizer (not a ``LossScaleOptimizer``: the scaling happens here).
     loss_fn : callable
@@ -117,12 +116,10 @@ class LossScaledStep:
 
     Raises
     ------
-    TypeError
-        If an argument is not of its kind, or ``optimizer`` is a ``LossScaleOptimizer`` (the
-        loss would be scaled twice).
-    ValueError
-        If ``clip_norm`` is not a positive finite number, or the scaler's ``min_scale`` is below
-        ``2**-126``.
+    TypeError, ValueError
+        If an argument is not of its kind, ``optimizer`` is a ``LossScaleOptimizer`` (the loss
+        would be scaled twice), ``clip_norm`` not positive and finite, or the scaler's
+        ``min_scale`` below ``2**-126``.
     """
 
     def __init__(
@@ -188,14 +185,12 @@ class LossScaledStep:
         Parameters
         ----------
         x, y : array_like or tf.Tensor
-            A batch of inputs and targets.
+            Inputs and targets.
 
         Returns
         -------
-        loss : float
-            The unscaled loss of the batch.
-        took : bool
-            Whether the update was applied (``False``: inf/NaN found, step skipped).
+        loss, took : float, bool
+            The unscaled loss of the batch; whether the update was applied (``False``: skipped).
 
         Raises
         ------

@@ -73,12 +73,7 @@ def seed(value: int = 0) -> None:
 
 
 def context() -> mx.Context:
-    """Return ``mx.gpu(0)`` if MXNet sees a GPU (and ``MPTUTOR_DEVICE`` is not cpu), else the CPU.
-
-    Returns
-    -------
-    mxnet.Context
-        ``mx.gpu(0)`` or ``mx.cpu()``.
+    """Return ``mx.gpu(0)`` if MXNet sees a GPU not hidden by ``MPTUTOR_DEVICE``, else ``mx.cpu()``.
 
     Raises
     ------

@@ -71,11 +71,10 @@ class LossScaledStep:
 
     Raises
     ------
-    TypeError
-        If an argument is not of its type (a number is no loss scaler).
-    ValueError
-        If ``clip_norm`` is not a positive finite number, the network has no parameter
-        with a gradient, or the trainer does not hold all of them.
+    TypeError, ValueError
+        If an argument is not of its type (a number is no loss scaler), ``clip_norm`` not a
+        positive finite number, or the trainer does not hold the parameters with a gradient
+        (at least one).
     """
 
     def __init__(
@@ -125,10 +124,9 @@ class LossScaledStep:
 
         Returns
         -------
-        loss : float
-            The mean unscaled loss of the batch.
-        took : bool
-            Whether the update was applied (``False``: inf/NaN found, step skipped).
+        loss, took : float, bool
+            The mean unscaled loss of the batch; whether the update was applied (``False``:
+            skipped).
 
         Raises
         ------

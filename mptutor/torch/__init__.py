@@ -44,12 +44,7 @@ __all__ = [
 
 
 def device() -> str:
-    """Return ``"cuda"`` when PyTorch sees a CUDA GPU that ``MPTUTOR_DEVICE=cpu`` does not hide.
-
-    Returns
-    -------
-    str
-        ``"cuda"`` or ``"cpu"``.
+    """Return ``"cuda"`` if PyTorch sees a GPU not hidden by ``MPTUTOR_DEVICE``, else ``"cpu"``.
 
     Raises
     ------

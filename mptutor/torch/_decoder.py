@@ -28,10 +28,8 @@ class MarkovChain:
     length : int, optional
         Tokens a model reads, at least 3; :meth:`sample` draws ``length + 1`` (inputs and
         next tokens).
-    seed : int, optional
-        Seed of the chain's probabilities.
-    sharpness : float, optional
-        How far the distributions are from uniform (0 gives uniform ones).
+    seed, sharpness : int, float, optional
+        Seed of the chain's probabilities; how far they are from uniform (0: uniform).
     """
 
     def __init__(self, vocab: int = 16, length: int = 16, seed: int = 0, sharpness: float = 3.0):
@@ -131,16 +129,9 @@ class Decoder(nn.Module):
 
     Parameters
     ----------
-    vocab : int, optional
-        Number of tokens.
-    length : int, optional
-        Longest sequence it reads (positions it has embeddings for).
-    width : int, optional
-        Model width; a multiple of ``heads``.
-    heads : int, optional
-        Attention heads.
-    layers : int, optional
-        Number of blocks.
+    vocab, length, width, heads, layers : int, optional
+        Number of tokens, the longest sequence (position embeddings), the model width (a
+        multiple of ``heads``), the attention heads, and the number of blocks.
     """
 
     def __init__(self, vocab: int = 16, length: int = 16, width: int = 64, heads: int = 4,

@@ -161,7 +161,7 @@ class Workers:
     Parameters
     ----------
     world_size : int, optional
-        Number of processes (ranks).
+        Number of processes.
     backend : str, optional
         ``"gloo"`` (the CPU) or ``"nccl"`` (rank ``r`` on GPU ``r``); by default
         :func:`choose_backend`.

@@ -200,8 +200,7 @@ def hadamard_transform(
     Raises
     ------
     TypeError, ValueError
-        For a non-floating ``t``, a bad ``seed``, ``block`` or ``inverse``, or a last axis
-        that is not a multiple of ``block``.
+        For a non-floating ``t``, or as :func:`mptutor.hadamard.hadamard_transform`.
     """
     _check_tensor(t)
     seed, block = hadamard._check(tuple(t.shape), seed, block, inverse, "t")
@@ -302,12 +301,9 @@ class FP4Linear(nn.Linear):
 
     Raises
     ------
-    TypeError
-        If ``in_features``, ``out_features`` or ``seed`` is not an int, or ``hadamard`` or
-        ``stochastic_gradients`` not a bool.
-    ValueError
-        For sizes below 1 or not multiples of 16, an unknown ``weight_blocks``, a negative
-        ``seed``.
+    TypeError, ValueError
+        For sizes or a ``seed`` that are not ints (sizes multiples of 16, ``seed`` >= 0), flags
+        that are not bools, or an unknown ``weight_blocks``.
     """
 
     def __init__(
@@ -354,16 +350,11 @@ class FP4Linear(nn.Linear):
 
 
 def to_fp4(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.Module:
-    """Replace the model's :class:`torch.nn.Linear` layers by :class:`FP4Linear`, in place.
+    """Replace the model's ``torch.nn.Linear`` layers by :class:`FP4Linear` in place; return it.
 
     As :func:`mptutor.torch.to_fp8` (the new layers take over the old ones' ``Parameter``
     objects; ``skip`` names layers to keep); ``options`` go to :class:`FP4Linear`, but for
     ``seed`` (default 0): the k-th layer replaced, in the order of the names, gets ``seed + k``.
-
-    Returns
-    -------
-    torch.nn.Module
-        ``model`` itself.
 
     Raises
     ------

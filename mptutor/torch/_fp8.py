@@ -209,23 +209,17 @@ def _linear(layer: nn.Linear, x: Any, product: Callable[[torch.Tensor], torch.Te
 
 
 def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.Module:
-    """Replace the model's :class:`torch.nn.Linear` layers by :class:`FP8Linear`, in place.
+    """Replace the model's ``torch.nn.Linear`` layers by :class:`FP8Linear` in place; return it.
 
     The new layers take over the old ones' ``Parameter`` objects (an optimizer still updates
     them); ``skip`` names layers to keep (``"head"``); ``options`` go to :class:`FP8Linear`.
 
-    Returns
-    -------
-    torch.nn.Module
-        ``model`` itself.
-
     Raises
     ------
-    TypeError
-        If ``model`` is not a ``torch.nn.Module``, or ``skip`` not a collection of names.
-    ValueError
-        If ``model`` is itself a ``torch.nn.Linear``, ``skip`` names no linear layer of the
-        model, or an option is refused; the model is then unchanged.
+    TypeError, ValueError
+        If ``model`` is not a ``torch.nn.Module`` or is itself a ``torch.nn.Linear``, ``skip``
+        is not a collection of names of its linear layers, or an option is refused; the model
+        is then unchanged.
     """
 
     def build(name: str, k: int, old: nn.Linear) -> FP8Linear:

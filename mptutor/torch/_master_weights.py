@@ -27,12 +27,9 @@ _KEYS = {"master_params", "optimizer", "optimizer_type", "loss_scaler"}
 
 
 def bn_to_float(module: nn.Module) -> nn.Module:
-    """Convert a module's BatchNorm layers (batch sums) to FP32, in place (``BN_convert_float``).
+    """Convert a module's BatchNorm layers (batch sums) to FP32 in place; return the module.
 
-    Returns
-    -------
-    torch.nn.Module
-        ``module`` itself, its BatchNorm layers (and itself, if it is one) in FP32.
+    The talk's ``BN_convert_float``; a BatchNorm module itself is converted too.
 
     Raises
     ------
@@ -47,12 +44,7 @@ def bn_to_float(module: nn.Module) -> nn.Module:
 
 
 def network_to_half(module: nn.Module) -> nn.Module:
-    """Convert a module to FP16 in place, except its BatchNorm layers, which stay FP32.
-
-    Returns
-    -------
-    torch.nn.Module
-        ``module`` itself.
+    """Convert a module to FP16 in place, except its BatchNorm layers (FP32); return it.
 
     Raises
     ------
@@ -97,10 +89,8 @@ def prep_param_lists(
 
     Raises
     ------
-    TypeError
-        If ``model`` is neither a module nor an iterable of tensors.
-    ValueError
-        If there is no trainable parameter.
+    TypeError, ValueError
+        If ``model`` is neither a module nor an iterable of tensors, or none is trainable.
     """
     model_params = [p for p in _tensors(model, "model") if p.requires_grad]
     if not model_params:
@@ -122,10 +112,8 @@ def model_grads_to_master_grads(
 
     Raises
     ------
-    TypeError
-        If an argument is not a sequence of tensors.
-    ValueError
-        If the two lists differ in count or shapes.
+    TypeError, ValueError
+        If an argument is not a sequence of tensors, or the two differ in count or shapes.
     """
     _check_copies(model_params, master_params)
     _grads_to_masters(model_params, master_params)
@@ -160,10 +148,8 @@ def master_params_to_model_params(
 
     Raises
     ------
-    TypeError
-        If an argument is not a sequence of tensors.
-    ValueError
-        If the two lists differ in count or shapes.
+    TypeError, ValueError
+        As :func:`model_grads_to_master_grads`.
     """
     _check_copies(model_params, master_params)
     _masters_to_model(model_params, master_params)
@@ -221,13 +207,10 @@ class MasterWeightOptimizer:
 
     Raises
     ------
-    TypeError
-        If ``model`` is not a module, ``optimizer`` not a factory of optimizers, or
-        ``loss_scaler`` not a loss scaler (a number is not).
-    ValueError
-        If the model has no FP16/BF16 trainable parameter, ``clip_norm`` is not a positive
-        finite number, the factory ignored its argument, or the scaler's floor is below
-        ``2**-126``.
+    TypeError, ValueError
+        If an argument is not of its kind (a number is no loss scaler), the model has no
+        FP16/BF16 trainable parameter, ``clip_norm`` is not positive and finite, the factory
+        ignored its argument, or the scaler's floor is below ``2**-126``.
     """
 
     def __init__(

@@ -208,10 +208,9 @@ def find_nonfinite(
 
     Raises
     ------
-    TypeError
-        If ``model`` is not a module, ``loss_fn`` not callable or it returns no tensor.
-    ValueError
-        If an input already holds inf/NaN, or the loss is not a scalar that requires a gradient.
+    TypeError, ValueError
+        If ``model`` is not a module, ``loss_fn`` not callable or returns no scalar tensor that
+        requires a gradient, or an input already holds inf/NaN.
     """
     check_type(model, "model", nn.Module, "a torch.nn.Module")
     if loss_fn is not None:

@@ -64,10 +64,8 @@ def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[_Kernel]
 
     Raises
     ------
-    RuntimeError
-        If no CUDA GPU is available.
-    TypeError, ValueError
-        If ``warmup`` is not an integer of at least 0.
+    RuntimeError, TypeError, ValueError
+        If no CUDA GPU is available, or ``warmup`` is not an integer of at least 0.
     """
     warmup = check_scalar(warmup, "warmup", int, min_val=0)
     if not torch.cuda.is_available():
