@@ -63,6 +63,10 @@ notebooks_named = $(foreach n,$(1),$(wildcard notebooks/$(n)-*.ipynb))
 SHARED_NOTEBOOKS := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/03 pytorch/04 \
     pytorch/05 pytorch/07 pytorch/08 pytorch/11 pytorch/12 keras/01 keras/03)
 SHARED_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/08 pytorch/11 keras/01 keras/03)
+# A notebook that shares the machine computes on one thread: two jobs that each start a thread per
+# core on two cores make every small operation wait for a core (pytorch/11 took 151 s beside a
+# busy loop with two threads, 31 s with one). Their outputs are the same on one thread or two.
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1
 ALONE_NOTEBOOKS = $(filter-out $(SHARED_NOTEBOOKS),\
     $(foreach d,$(MAIN_NOTEBOOKS),$(sort $(wildcard $(d)/*.ipynb))))
 
@@ -123,13 +127,13 @@ test: venvs
 	      --durations=10 tests; unit=$$?; \
 	  $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS); nb=$$?; \
 	  echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow the Gluon track =="; \
-	  $(MAIN_PY) -m pytest $(NBVAL) $(SHARED_AFTER_GLUON); shared=$$?; \
+	  $(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(SHARED_AFTER_GLUON); shared=$$?; \
 	  test $$unit -eq 0 && test $$nb -eq 0 && test $$shared -eq 0; } >$(MXNET_LANE_LOG) 2>&1 & \
 	mxnet=$$!; \
 	MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest -p no:cacheprovider \
 	    --durations=10 tests; main_rc=$$?; \
 	echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow its unit tests =="; \
-	$(MAIN_PY) -m pytest $(NBVAL) $(filter-out $(SHARED_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
+	$(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(filter-out $(SHARED_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
 	shared_rc=$$?; \
 	wait $$mxnet; mxnet_rc=$$?; \
 	echo "== $(MXNET_VENV): unit tests, then strict nbval of $(MXNET_NOTEBOOKS), run beside the above (exit $$mxnet_rc) =="; \
@@ -171,7 +175,7 @@ run: $(MAIN_STAMP) $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
 	else \
 	    echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; mxnet=; rc=1; \
 	fi; \
-	$(MAIN_PY) $(RUNNER) $(SHARED_NOTEBOOKS) || rc=1; \
+	$(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(SHARED_NOTEBOOKS) || rc=1; \
 	if test -n "$$mxnet"; then \
 	    wait $$mxnet || rc=1; \
 	    echo "== $(MXNET_NOTEBOOKS), run beside the notebooks above =="; cat build/run-gluon.log; \
