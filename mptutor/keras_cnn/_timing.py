@@ -105,9 +105,12 @@ def profile_layers(
 ) -> list[dict[str, Any]]:
     """Time each layer's forward pass, and its forward and backward pass, one layer at a time.
 
-    Each layer runs on the previous one's output; the backward pass computes its weights'
-    gradients and, after a trainable layer, its input's. Every call waits for the device
-    (:func:`block`) and runs eagerly, with the per-call overhead a traced step avoids.
+    Each layer runs on the previous one's output; the backward pass asks for its weights'
+    gradients and, after a trainable layer, its input's. On TensorFlow, the gradient of a
+    convolution computes its input's gradient as well, asked for or not (the registered
+    ``Conv2D`` gradient returns both), so the first convolution's time includes a gradient that
+    training does not need. Every call waits for the device (:func:`block`) and runs eagerly,
+    with the per-call overhead a traced step avoids.
 
     Parameters
     ----------
