@@ -304,7 +304,8 @@ class DynamicLossScaler(_Scaler):
     ``growth_factor``, an inf/NaN step by ``backoff_factor`` (each restarts the count), in float64
     rounded once to float32, as GradScaler's CPU kernel; growth past float32 keeps the scale.
     Unlike GradScaler's, the scale stops at ``min_scale``: :attr:`overflows_at_floor` counts the
-    steps skipped there (a long run: the loss or the forward pass itself is inf or NaN).
+    steps skipped there (a long run: the loss or the forward pass itself is inf or NaN, or gradients
+    that overflow at the floor's scale, which only a lower ``min_scale`` lets the scale fix).
 
     Parameters
     ----------
