@@ -316,6 +316,38 @@ def test_counting_host_syncs_needs_a_gpu():
         mpt.count_host_syncs(lambda: None)
 
 
+def test_counting_host_syncs_resets_the_mode_and_counts_only_syncs(monkeypatch):
+    # Setting the mode warns that it is a prototype (torch 2.11 on an H200): under pytest's
+    # warnings-as-errors that warning escaped before the reset, left "warn" on, and failed every
+    # later GPU test. Faked here: the mode, its warning, two syncs, and fn raising.
+    import warnings
+
+    modes = []
+
+    def set_mode(mode):
+        modes.append(mode)
+        if mode == "warn":
+            warnings.warn("Synchronization debug mode is a prototype feature and does not yet "
+                          "detect all synchronizing operations", UserWarning, stacklevel=2)
+
+    def two_syncs():
+        for _ in range(2):
+            warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=2)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
+    assert mpt.count_host_syncs(two_syncs) == 2
+    assert modes == ["warn", "default"]
+
+    def fails():
+        raise KeyError("inside fn")
+
+    with pytest.raises(KeyError, match="inside fn"):
+        mpt.count_host_syncs(fails)
+    assert modes[-1] == "default"
+
+
 def test_bad_checkpoints(tmp_path):
     opt, _ = _train(range(1))
     with pytest.raises(FileNotFoundError, match="no checkpoint"):

@@ -87,13 +87,18 @@ def tensor_core_kernels(fn: Callable[[], Any], warmup: int = 1) -> list[_Kernel]
     return _kernels(prof.events())
 
 
+_SYNC_WARNING = "called a synchronizing CUDA operation"  # c10/cuda/CUDAFunctions.cpp
+
+
 def count_host_syncs(fn: Callable[[], Any]) -> int:
     """Count the times ``fn()`` makes the host wait for the GPU (``.item()``, ``.cpu()``, ...).
 
     Returns
     -------
     int
-        The synchronising calls ``torch.cuda.set_sync_debug_mode("warn")`` reported.
+        The synchronising calls ``torch.cuda.set_sync_debug_mode("warn")`` reported (its
+        warnings "called a synchronizing CUDA operation"; the mode is reset to "default" however
+        ``fn`` ends).
 
     Raises
     ------
@@ -103,14 +108,14 @@ def count_host_syncs(fn: Callable[[], Any]) -> int:
     if not torch.cuda.is_available():
         raise RuntimeError("count_host_syncs needs a CUDA GPU: a CPU run has no device to wait for")
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:  # setting the mode may itself warn (a prototype feature): caught, not counted
+            torch.cuda.set_sync_debug_mode("warn")
             fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum(str(w.message).startswith(_SYNC_WARNING) for w in caught)
 
 
 class _ShapeIssue(NamedTuple):
