@@ -13,7 +13,8 @@
 #                     recipes against BF16 autocast), then the `gpu` unit tests; each part is
 #                     stopped at its own share of the time (below). OUT gets first.log, the four
 #                     records, parts.tsv and summary.md (every figure against its target)
-#   next OUT          strict nbval of the notebooks of the GPU path that the ledger
+#   next OUT          strict nbval of the notebooks of the GPU path (the PyTorch notebooks;
+#                     keras/02 imports TensorFlow, which a GPU host lacks) that the ledger
 #                     (data/results/ledger/gpu-ledger.json) says are due, those that show GPU
 #                     figures first, as many as fit in GPU_PLAN_NEXT_S (420 s) with the install;
 #                     the updated ledger goes to OUT/gpu-ledger.json (commit it in its place)
@@ -24,7 +25,8 @@
 #                     `first` and `next` do it first when it is not done yet
 #   check OUT         the machine: hardware report, nvidia-smi, versions (seconds)
 #   keras OUT         benchmarks/keras_cnn_experiment.py on Keras's PyTorch backend (the record
-#                     keras/02 shows; not part of a window's two commands)
+#                     keras/02 shows; not part of a window's two commands; the notebook itself
+#                     is not on the GPU path)
 #   nbval OUT NB...   strict nbval of the notebooks named (no ledger)
 #
 # Environment:
@@ -60,31 +62,35 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 # The parts of `first` and each one's share of its 420 s, in the order they run. A part may also
 # use what the parts before it left unused, never the shares of the parts after it; the benchmark
 # scripts get 80% of their part's time as --budget-s (they start no unit of work that would not
-# fit, and save what they measured), `timeout` stops the part at 100%. Shares come from the
-# operation counts at an H100's rates and the CPU rehearsal's fixed costs (Python and PyTorch
-# start-up, building the models, writing the record), never from the figures measured:
-#   install   45  pip --no-index of the wheelhouse (~29 MiB, 70 wheels) into .venv-gpu-host
-#   machine   20  hardware report and nvidia-smi (importing PyTorch: 19 s in the CPU rehearsal)
-#   gemm      45  5 precisions x 4 sizes, each n and n - 1; the largest, 8192^3 (1.1 TFLOP per
-#                 product), takes ~22 ms in strict FP32 at ~50 TFLOP/s and ~2 ms in FP16, so 10
-#                 samples of >= 10 ms per row are under 10 s of GPU time; the rest is start-up,
-#                 2 s of clock warm-up and CUDA graph capture
-#   resnet50 120  8 runs (4 modes x 2 layouts) of 5 warm-up + 30 timed steps at batch 256:
-#                 ~3.1 TFLOP per step, ~0.45 s in strict FP32 (16 s a run), ~0.2 s in TF32,
-#                 <0.1 s in AMP: ~60 s of steps, plus cuDNN's autotuning of every run
-#   scaler    40  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps
-#                 of <0.05 s, plus building two models and counting host syncs
-#   fp8       85  2 widths x 4 variants x (3 warm-up + 25) steps: width 4096 x 2 blocks x 8192
-#                 tokens is ~20 TFLOP a step, ~35 ms in BF16, so eager runs take seconds; the
-#                 compiled ones pay torch.compile per model and are the ones the budget cuts
-#   tests     50  the 21 `gpu`-marked unit tests (tiny sizes) in 11 files, and their collection
-#   summary   15  targets.py --summary over the records
-# The fixed costs, from a CPU rehearsal at --smoke sizes on a 2-core machine (GPU_PLAN_REHEARSE=1,
-# nothing to install): machine 19 s, gemm 20 s, resnet50 29 s, scaler 25 s, fp8 31 s (torchao's
-# recipes included), tests 23 s, summary 1 s; 148 s in all. The install from the wheelhouse (pip
-# --no-compile) took 20 s, 5 s of it CPU time, in a Python 3.12 holding only NumPy and pytest.
+# fit, and save what they measured), `timeout` stops the part at 100%. The shares come from the
+# part durations measured in the first GPU window (H200, 2026-11-27; `first` took 356 of its
+# 420 s), never from the figures measured. The ResNet50 AMP figures are the headline targets and
+# none was measured there (the first run's start-up was every later mode's estimate), so
+# resnet50 gets the time the other parts did not need or can spare:
+#   install   40  pip --no-index of the wheelhouse (~29 MiB, 70 wheels) into .venv-gpu-host:
+#                 34 s in the window
+#   machine   15  hardware report and nvidia-smi (importing PyTorch): 10 s in the window
+#   gemm      30  5 precisions x 4 sizes, each n and n - 1, 8192^3 first: all of them in 21 s in
+#                 the window (part included)
+#   resnet50 170  an untimed start-up run at batch 8 (CUDA context, cuDNN and cuBLAS loading: the
+#                 first run took 78 s in the window, start-up included), then runs of 5 warm-up
+#                 + 30 timed steps at batch 256 of ~23 s each (cuDNN autotuning and building the
+#                 model; in a second run of 3 + 10 steps), channels_last first in the four
+#                 modes, then NCHW: the start-up and about four runs fit, NCHW may not
+#   scaler    40  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps,
+#                 plus building two models and counting host syncs: 34 s in the window
+#   fp8       70  2 widths x 4 variants x (3 warm-up + 25) steps: 123 s of 164 given in the
+#                 window, the compiled width-4096 unit not started; with 70 s it measures what
+#                 fits, eager first, and records the rest as not started
+#   tests     45  the `gpu`-marked unit tests (tiny sizes) and their collection: 41 s in the
+#                 window (the tests after the first failed fast there, a leak since fixed)
+#   summary   10  targets.py --summary over the records: 1 s in the window
+# A part may use what the parts before it left unused, so resnet50 also gets what install,
+# machine and gemm did not spend. In a CPU rehearsal at --smoke sizes on a 2-core machine
+# (GPU_PLAN_REHEARSE=1, nothing to install) the fixed costs were: machine 19 s, gemm 20 s,
+# resnet50 29 s, scaler 25 s, fp8 31 s (torchao's recipes included), tests 23 s, summary 1 s.
 FIRST_PARTS=(install machine gemm resnet50 scaler fp8 tests summary)
-FIRST_SHARES=(45 20 45 120 40 85 50 15)
+FIRST_SHARES=(40 15 30 170 40 70 45 10)
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "gpu-plan.sh: $*" >&2; exit 2; }

@@ -12,7 +12,8 @@ keeps two kinds of account:
   status (``passed``, ``failed`` or ``stopped`` when the chunk's time ran out), the SHA-256 of
   the notebook file it was for (no ``.git`` travels to a GPU host, so the file's content
   identifies its version), the GPU, the PyTorch version, the commit (``MPTUTOR_COMMIT``), the
-  date, the seconds nbval took, and for a failure the end of its output. ``gpu-plan.sh next``
+  date, the seconds nbval took, and for a failure the first failure's report and the end of
+  its output (:func:`failure_detail`). ``gpu-plan.sh next``
   runs the notebooks that are due, in chunks that fit one command, and writes the updated
   ledger into its output folder; committing it in place of the old one is how the next window
   resumes.
@@ -21,7 +22,9 @@ The "due" rule (:func:`due`): a notebook is due unless its entry is a pass on a 
 file's current content, or a failure on a GPU for its current content (rerunning an unchanged
 notebook that failed would fail again: fix it first, or name it with ``--retry-failed``). So a
 notebook that changed since its entry is due again, and so is one that was stopped for time.
-The order (:func:`ordered`) puts the notebooks that show GPU figures first.
+The order (:func:`ordered`) puts the notebooks that show GPU figures first. The GPU path is the
+PyTorch track (:func:`gpu_path`); a notebook in :data:`LEFT_OUT` is never run by ``next``, and
+its entry, if any, stays as the record of what happened.
 
 Usage::
 
@@ -36,6 +39,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,10 +62,24 @@ STATUSES = ("passed", "failed", "stopped")
 #: The notebooks that show GPU figures, run first (in this order).
 FIRST = (
     "notebooks/pytorch/06-tensor-core-performance.ipynb",
-    "notebooks/keras/02-keras-cnn-experiment.ipynb",
     "notebooks/pytorch/09-transformers-in-16-bits.ipynb",
     "notebooks/pytorch/11-fp8-and-block-scaling.ipynb",
 )
+#: Notebooks kept off the GPU path, and why. Their ledger entries may stay, as the record of
+#: what happened before they were left out; ``next`` never runs them and ``status`` says why.
+LEFT_OUT = {
+    # keras/02 shows the record of benchmarks/keras_cnn_experiment.py, which runs on Keras's
+    # PyTorch backend on a GPU host (`gpu-plan.sh keras`), but the notebook itself imports
+    # TensorFlow in its setup cell (tf.config, tf.device, tf.raw_ops): its strict nbval failed
+    # from the first cell on an H200 host, which has no TensorFlow.
+    "notebooks/keras/02-keras-cnn-experiment.ipynb": (
+        "imports TensorFlow in its setup cell, and a GPU host has no TensorFlow (its wheel is "
+        "far larger than what can be carried to the host); its benchmark runs there with "
+        "`gpu-plan.sh keras`"
+    ),
+}
+#: The most characters of a failed notebook's output an entry keeps (:func:`failure_detail`).
+DETAIL_CHARS = 2000
 #: Seconds assumed for a notebook with no recorded time when a chunk is planned.
 UNKNOWN_S = 90.0
 #: A notebook is not started with less than this left of the chunk.
@@ -117,17 +135,15 @@ def content_hash(path: str | os.PathLike) -> str:
 
 
 def gpu_path(root: Path = ROOT) -> list[str]:
-    """The notebooks of the GPU path (repository-relative): PyTorch's and keras/02.
+    """The notebooks of the GPU path (repository-relative): PyTorch's.
 
-    The Keras CNN experiment runs on Keras's PyTorch backend there; the other Keras notebooks
-    and the Gluon track need TensorFlow or MXNet, which a GPU host does not bring.
+    The Keras notebooks (keras/02 included, :data:`LEFT_OUT`) and the Gluon track need
+    TensorFlow or MXNet, which a GPU host does not bring.
     """
     found = sorted(
         p.relative_to(root).as_posix() for p in (root / "notebooks/pytorch").glob("*.ipynb")
     )
-    return found + [
-        nb for nb in FIRST if nb.startswith("notebooks/keras/") and (root / nb).exists()
-    ]
+    return [nb for nb in found if nb not in LEFT_OUT]
 
 
 def ordered(notebooks: Iterable[str]) -> list[str]:
@@ -178,6 +194,46 @@ def write(ledger: dict[str, Any], path: str | os.PathLike) -> Path:
     return Path(path)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_FAILURES = re.compile(r"^=+ FAILURES =+$", re.M)
+_SECTION = re.compile(r"^_{3,} .* _{3,}$", re.M)  # pytest's "____ test id ____" headers
+_BANNER = re.compile(r"^={3,}( .* )?={3,}$", re.M)
+
+
+def failure_detail(output: str, limit: int = DETAIL_CHARS) -> str:
+    """What a failed entry keeps of pytest's output: the first failure's report and the end.
+
+    ANSI colour codes are stripped. When the output is longer than ``limit`` characters, the
+    first section after pytest's ``FAILURES`` banner (the first error, which later ones often
+    follow from) is kept, cut to fit, then the output's end (the summary of every failure),
+    joined by a line that says what was left out; the result is at most ``limit`` characters.
+    """
+    if limit < 200:
+        raise ValueError(f"limit must be at least 200 characters, got {limit!r}")
+    text = _ANSI.sub("", output)
+    if len(text) <= limit:
+        return text
+    first, pos = "", 0
+    banner = _FAILURES.search(text)
+    if banner:
+        start = _SECTION.search(text, banner.end())
+        if start:
+            ends = [m.start() for m in (_SECTION.search(text, start.end()),
+                                        _BANNER.search(text, start.end())) if m]  # fmt: skip
+            pos = start.start()
+            first = text[pos : min(ends, default=len(text))].rstrip("\n")
+    if not first:
+        return text[-limit:]
+    gap = "\n[... output left out ...]\n"
+    room = limit - len(gap)
+    head = first[: room * 3 // 5]
+    head_end = pos + len(head)
+    tail_start = len(text) - (room - len(head))
+    if head_end >= tail_start:  # the end alone reaches back over the first failure
+        return text[-limit:]
+    return head + gap + text[tail_start:]
+
+
 def record(
     ledger: dict[str, Any],
     notebook: str,
@@ -200,7 +256,7 @@ def record(
         "date": date or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }  # fmt: skip
     if detail:
-        entry["detail"] = detail[-2000:]
+        entry["detail"] = failure_detail(detail)
     out = validate({**ledger, "notebooks": {**ledger["notebooks"], notebook: entry}})
     return out
 
@@ -366,6 +422,12 @@ def status_lines(ledger: dict[str, Any], retry_failed: bool = False) -> list[str
             else "no entry"
         )
         lines.append(f"{'due ' if nb in reasons else 'done'}  {nb}: {reasons.get(nb, entry)}")
+    for nb, why in LEFT_OUT.items():
+        e = ledger["notebooks"].get(nb)
+        last = (
+            f"; its last entry: {e['status']} on {e['gpu'] or 'no GPU'}, {e['date']}" if e else ""
+        )
+        lines.append(f"off   {nb}: not on the GPU path: {why}{last}")
     return lines
 
 

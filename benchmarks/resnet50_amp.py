@@ -15,11 +15,14 @@ row), and with each mode at its own best layout (``best_layouts``): strict FP32 
 faster in NCHW while the AMP modes run faster in channels_last, and a speed-up against FP32 held
 in its slower layout would flatter mixed precision. The project's targets use the second.
 
-Order and time: channels_last first (the layout of the images/s target), then NCHW, each mode in
-the order of --modes. With --budget-s a mode is not started once what is left is shorter than
-what it took in the other layout (or, before that, the longest run so far); the record lists it
-under ``skipped`` with the reason. The record is saved after every run (``complete`` false until
-the end), so that a run stopped from outside keeps what it measured.
+Order and time: on a GPU an untimed warm-up runs first (one ``measure_training`` call at a
+small batch, ``--warmup-batch``, in the first layout and mode): it pays the one-time start-up (the
+CUDA context, loading cuDNN and cuBLAS) so that no measured run carries it; its seconds are
+printed and stored as ``startup_s`` (no row). Then channels_last (the layout of the images/s
+target), then NCHW, each mode in the order of --modes. With --budget-s a mode is not started once
+what is left is shorter than what it took in the other layout (or, before that, the longest run
+so far); the record lists it under ``skipped`` with the reason. The record is saved after every
+run (``complete`` false until the end), so that a run stopped from outside keeps what it measured.
 
 Usage::
 
@@ -119,6 +122,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--budget-s", type=float, default=None, help="start no run after this many seconds"
     )
+    parser.add_argument(
+        "--warmup-batch",
+        type=int,
+        default=None,
+        help="batch of the untimed start-up run before the measured ones; 0: none "
+        "(default 8 on a GPU, none on a CPU)",
+    )
     records.add_record_options(
         parser, smoke_help="tiny model and batch, checks the code path (CPU unless --device)"
     )
@@ -133,6 +143,11 @@ def main(argv: list[str] | None = None) -> None:
     steps = args.steps or (1 if small else 20)
     warmup = args.warmup if args.warmup is not None else (1 if small else 5)
     layouts = [v for k, v in LAYOUTS.items() if k in args.layouts]
+    if args.warmup_batch is not None and args.warmup_batch < 0:
+        parser.error(f"--warmup-batch must be 0 or more, got {args.warmup_batch}")
+    cuda = torch.device(device).type == "cuda"
+    warmup_batch = args.warmup_batch if args.warmup_batch is not None else (8 if cuda else 0)
+    startup: dict = {"startup_s": None, "startup": None}
 
     def save(rows: list[dict], skipped: dict, complete: bool = False):
         # after every run too, so that a part stopped from outside keeps the runs it finished
@@ -143,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             "steps": steps,
             "warmup": warmup,
             "timing": "median of per-step wall-clock times, each step between device syncs",
+            **startup,
             "skipped": skipped,
             "budget_s": args.budget_s,
             "complete": complete,
@@ -152,6 +168,29 @@ def main(argv: list[str] | None = None) -> None:
         return records.save_record("resnet50_amp", device, data, args, gpu_before=gpu_before)
 
     rows, skipped, took = [], {}, {}
+    if warmup_batch and layouts and budget.allows():
+        # The first run on a GPU pays the CUDA context and the loading of cuDNN and cuBLAS (on
+        # an H200 the first run took 78 s, later ones ~23 s): left in the first measured run,
+        # it would also be the estimate of every mode not run yet, and block them.
+        first = "channels_last" if layouts[0] else "nchw"
+        start = budget.spent()
+        tp.measure_training(
+            lambda: build_model(model),
+            args.modes[0],
+            warmup_batch,
+            image_size,
+            1000,
+            device,
+            1,
+            1,
+            layouts[0],
+        )
+        startup["startup_s"] = budget.spent() - start
+        startup["startup"] = (
+            f"an untimed run of {args.modes[0]} {first} at batch {warmup_batch} (one step and "
+            "one warm-up) before the measured runs: the one-time start-up, not in any row"
+        )
+        print(f"start-up: {startup['startup_s']:.1f} s ({startup['startup']})", flush=True)
     for channels_last in layouts:
         for mode in args.modes:
             layout = "channels_last" if channels_last else "nchw"
