@@ -52,23 +52,27 @@ MXNET_FRAMEWORKS := mxnet
 # Which notebooks run in which environment.
 MAIN_NOTEBOOKS := notebooks/pytorch notebooks/keras
 MXNET_NOTEBOOKS := notebooks/gluon
-# The main environment's notebooks that may share the two cores with one other job under `make
-# test` and `make run`: their lessons time nothing (no claim compares speeds) and they stay far
-# under their budgets. Named by number; a notebook not named here, a new one included, runs alone,
-# after the shared ones: those whose lessons time something (pytorch/00, 06, keras/02) or that
-# come nearest their budget on the slowest machine (pytorch/09, 10; pytorch/03 took 81.5 s of its
-# 120 on one thread beside the Gluon lane, on an AVX512-BF16 EPYC). Under `make test`
-# SHARED_AFTER_GLUON run in the MXNet environment's lane after the Gluon notebooks, the others
-# after the main unit tests (keras/03 moved to the MXNet lane: in a fresh clone's `make test` the
-# main lane took 457 s, the MXNet lane 418 s); under `make run` they all run beside the Gluon track.
-notebooks_named = $(foreach n,$(1),$(wildcard notebooks/$(n)-*.ipynb))
-SHARED_NOTEBOOKS := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/04 pytorch/05 \
-    pytorch/07 pytorch/08 pytorch/11 pytorch/12 keras/01 keras/03)
-SHARED_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/08 pytorch/11 keras/03)
-# A notebook that shares the machine computes on one thread: two jobs that each start a thread per
-# core on two cores make every small operation wait for a core (pytorch/11 took 151 s beside a
-# busy loop with two threads, 31 s with one). Their outputs are the same on one thread or two.
+# Both lanes of `make test` and `make run` compute on one thread each: every notebook is held by
+# one core (pytorch/10 took 77.5 s under strict nbval on one thread and 78.6 s on two, gluon/02
+# 242 s on one thread against 247 s on two, both alone on the 2-core AVX512-BF16 EPYC), and two
+# jobs that each start a thread per core on two cores make every small operation wait for a core
+# (pytorch/11 took 151 s beside a busy loop with two threads, 31 s with one). Their outputs are
+# the same on one thread or two.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1
+# The main environment's notebooks that share the two cores with one other job: every one whose
+# lesson times nothing (no claim compares speeds). Named by number; a notebook not named here, a
+# new one included, runs alone, after the lanes, as do those whose lessons time something
+# (pytorch/00, 06, keras/02). The lanes are balanced by the notebooks' times under strict nbval
+# in a fresh clone's `make test` on the 2-core AVX512-BF16 EPYC: under `make test`
+# TEST_AFTER_GLUON run in the MXNet environment's lane after its unit tests and the Gluon track
+# (about 75 + 300 s), the others after the main unit tests (about 250 s); under `make run`, which
+# has no unit tests, RUN_AFTER_GLUON follow the Gluon track, the others run beside it.
+notebooks_named = $(foreach n,$(1),$(wildcard notebooks/$(n)-*.ipynb))
+SHARED_NOTEBOOKS := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/03 pytorch/04 \
+    pytorch/05 pytorch/07 pytorch/08 pytorch/09 pytorch/10 pytorch/11 pytorch/12 keras/01 keras/03)
+TEST_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/04 pytorch/07 pytorch/08 \
+    pytorch/09 pytorch/11 keras/03)
+RUN_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/04 pytorch/07 pytorch/08 pytorch/11)
 ALONE_NOTEBOOKS = $(filter-out $(SHARED_NOTEBOOKS),\
     $(foreach d,$(MAIN_NOTEBOOKS),$(sort $(wildcard $(d)/*.ipynb))))
 
@@ -115,27 +119,27 @@ $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
 	$(MXNET_PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
-# `make test` keeps both cores of a 2-core machine busy in two lanes. The main environment's
-# lane: its unit tests, whose report comes first, then strict nbval of the shared notebooks not
-# in SHARED_AFTER_GLUON. The MXNet environment's lane, beside it: its unit tests, strict nbval of
-# the Gluon track, then (in the main environment) SHARED_AFTER_GLUON; its log follows. Then the
+# `make test` keeps both cores of a 2-core machine busy in two lanes, each on one thread
+# (ONE_THREAD, above). The main environment's lane: its unit tests, whose report comes first, then strict nbval of the shared notebooks not
+# in TEST_AFTER_GLUON. The MXNet environment's lane, beside it: its unit tests, strict nbval of
+# the Gluon track, then (in the main environment) TEST_AFTER_GLUON; its log follows. Then the
 # notebooks that run alone. Every part runs even if another failed; the exit status is non-zero
 # if any did. Budgets are wall-clock seconds: no notebook shares the machine with more than one
 # other job, and those that run alone share it with none.
 MXNET_LANE_LOG := build/test-mxnet-environment.log
 test: venvs
 	@mkdir -p build; \
-	{ MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest -p no:cacheprovider \
-	      --durations=10 tests; unit=$$?; \
-	  $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS); nb=$$?; \
+	{ $(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest \
+	      -p no:cacheprovider --durations=10 tests; unit=$$?; \
+	  $(ONE_THREAD) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS); nb=$$?; \
 	  echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow the Gluon track =="; \
-	  $(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(SHARED_AFTER_GLUON); shared=$$?; \
+	  $(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(TEST_AFTER_GLUON); shared=$$?; \
 	  test $$unit -eq 0 && test $$nb -eq 0 && test $$shared -eq 0; } >$(MXNET_LANE_LOG) 2>&1 & \
 	mxnet=$$!; \
-	MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest -p no:cacheprovider \
-	    --durations=10 tests; main_rc=$$?; \
+	$(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest \
+	    -p no:cacheprovider --durations=10 tests; main_rc=$$?; \
 	echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow its unit tests =="; \
-	$(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(filter-out $(SHARED_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
+	$(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(filter-out $(TEST_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
 	shared_rc=$$?; \
 	wait $$mxnet; mxnet_rc=$$?; \
 	echo "== $(MXNET_VENV): unit tests, then strict nbval of $(MXNET_NOTEBOOKS), run beside the above (exit $$mxnet_rc) =="; \
@@ -164,24 +168,23 @@ test-notebooks: venvs
 	$(MAIN_PY) -m pytest $(NBVAL) $(MAIN_NOTEBOOKS)
 	$(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS)
 
-# The Gluon track (MXNet environment) runs beside the shared notebooks (main environment), then
-# the notebooks that run alone; every runner appends to one summary (build/summary.json, .txt).
-# Both environments run even when one has a failing notebook. Without a Python 3.11 for the
+# The Gluon track (MXNet environment), then RUN_AFTER_GLUON, run beside the other shared notebooks
+# (main environment), then the notebooks that run alone; every runner appends to one summary
+# (build/summary.json, .txt). Both environments run even when one has a failing notebook. Without a Python 3.11 for the
 # MXNet environment the PyTorch and Keras tracks still run and the Gluon track is reported as not
 # run. The exit status is non-zero if any notebook failed or did not run.
 RUNNER = -m mptutor.notebooks --out build --append --budgets $(BUDGETS)
 run: $(MAIN_STAMP) $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
 	@rc=0; mkdir -p build; rm -f build/summary.json build/summary.txt; \
-	if test -x $(MXNET_PY); then \
-	    $(MXNET_PY) $(RUNNER) $(MXNET_NOTEBOOKS) >build/run-gluon.log 2>&1 & mxnet=$$!; \
-	else \
-	    echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; mxnet=; rc=1; \
-	fi; \
-	$(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(SHARED_NOTEBOOKS) || rc=1; \
-	if test -n "$$mxnet"; then \
-	    wait $$mxnet || rc=1; \
-	    echo "== $(MXNET_NOTEBOOKS), run beside the notebooks above =="; cat build/run-gluon.log; \
-	fi; \
+	{ lane=0; \
+	  if test -x $(MXNET_PY); then $(ONE_THREAD) $(MXNET_PY) $(RUNNER) $(MXNET_NOTEBOOKS) || lane=1; \
+	  else echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; lane=1; fi; \
+	  $(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(RUN_AFTER_GLUON) || lane=1; \
+	  exit $$lane; } >build/run-gluon.log 2>&1 & gluon=$$!; \
+	$(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(filter-out $(RUN_AFTER_GLUON),$(SHARED_NOTEBOOKS)) || rc=1; \
+	wait $$gluon || rc=1; \
+	echo "== $(MXNET_NOTEBOOKS), then the shared notebooks that follow it, run beside the above =="; \
+	cat build/run-gluon.log; \
 	echo "== the notebooks that run alone =="; \
 	$(MAIN_PY) $(RUNNER) $(ALONE_NOTEBOOKS) || rc=1; \
 	$(MAIN_PY) docs/build_site.py --notebooks build || rc=1; \
