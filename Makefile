@@ -97,12 +97,17 @@ MPTUTOR_REQUIRE_GPU ?= 1
 GPU_PLAN := PYTHON=$(PYTHON) GPU_PLAN_REHEARSE=$(if $(filter 0,$(MPTUTOR_REQUIRE_GPU)),1,0) \
             bash benchmarks/gpu-plan.sh
 
-.PHONY: venvs test test-unit test-notebooks run site notebooks test-gpu wheelhouse lab lint clean
+.PHONY: venvs run-venvs test test-unit test-notebooks run site notebooks test-gpu wheelhouse lab lint clean
 
 # The two environments are made side by side (pip waits on downloads and disk as much as on the
 # CPU); each stamp is a file target, so a made environment is reused.
 venvs:
 	@$(MAKE) --no-print-directory -j2 $(MAIN_STAMP) $(MXNET_STAMP)
+
+# `make run` makes the MXNet environment only where a Python 3.11 exists for it (see run).
+run-venvs:
+	@$(MAKE) --no-print-directory -j2 $(MAIN_STAMP) \
+	    $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
 
 $(MAIN_STAMP): requirements.txt pyproject.toml
 	@test -x $(MAIN_PY) || $(PYTHON) -m venv $(MAIN_VENV)
@@ -174,7 +179,7 @@ test-notebooks: venvs
 # MXNet environment the PyTorch and Keras tracks still run and the Gluon track is reported as not
 # run. The exit status is non-zero if any notebook failed or did not run.
 RUNNER = -m mptutor.notebooks --out build --append --budgets $(BUDGETS)
-run: $(MAIN_STAMP) $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
+run: run-venvs
 	@rc=0; mkdir -p build; rm -f build/summary.json build/summary.txt; \
 	{ lane=0; \
 	  if test -x $(MXNET_PY); then $(ONE_THREAD) $(MXNET_PY) $(RUNNER) $(MXNET_NOTEBOOKS) || lane=1; \
