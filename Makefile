@@ -54,7 +54,7 @@ MAIN_NOTEBOOKS := notebooks/pytorch notebooks/keras
 MXNET_NOTEBOOKS := notebooks/gluon
 # Both lanes of `make test` and `make run` compute on one thread each: every notebook is held by
 # one core (pytorch/10 took 77.5 s under strict nbval on one thread and 78.6 s on two, gluon/02
-# 242 s on one thread against 247 s on two, both alone on the 2-core AVX512-BF16 EPYC), and two
+# 198 s on one thread against 196 s on two, both alone on the 2-core AVX512-BF16 EPYC), and two
 # jobs that each start a thread per core on two cores make every small operation wait for a core
 # (pytorch/11 took 151 s beside a busy loop with two threads, 31 s with one). Their outputs are
 # the same on one thread or two.
