@@ -62,11 +62,11 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1
 # The main environment's notebooks that share the two cores with one other job: every one whose
 # lesson times nothing (no claim compares speeds). Named by number; a notebook not named here, a
 # new one included, runs alone, after the lanes, as do those whose lessons time something
-# (pytorch/00, 06, keras/02). The lanes are balanced by the notebooks' times under strict nbval
-# in a fresh clone's `make test` on the 2-core AVX512-BF16 EPYC: under `make test`
-# TEST_AFTER_GLUON run in the MXNet environment's lane after its unit tests and the Gluon track
-# (about 75 + 300 s), the others after the main unit tests (about 250 s); under `make run`, which
-# has no unit tests, RUN_AFTER_GLUON follow the Gluon track, the others run beside it.
+# (pytorch/00, 06, keras/02). The lanes are balanced by the times of a fresh clone's `make test`
+# and `make run` on the 2-core AVX512-BF16 EPYC: under `make test` TEST_AFTER_GLUON run in the
+# MXNet environment's lane after its unit tests and the Gluon track (72 + 287 s), the others after
+# the main unit tests (224 s), and the lanes took 507 and 518 s; under `make run`, which has no
+# unit tests, RUN_AFTER_GLUON follow the Gluon track, the others run beside it (343 and 375 s).
 notebooks_named = $(foreach n,$(1),$(wildcard notebooks/$(n)-*.ipynb))
 SHARED_NOTEBOOKS := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/03 pytorch/04 \
     pytorch/05 pytorch/07 pytorch/08 pytorch/09 pytorch/10 pytorch/11 pytorch/12 keras/01 keras/03)
@@ -125,12 +125,13 @@ $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
 	@touch $@
 
 # `make test` keeps both cores of a 2-core machine busy in two lanes, each on one thread
-# (ONE_THREAD, above). The main environment's lane: its unit tests, whose report comes first, then strict nbval of the shared notebooks not
-# in TEST_AFTER_GLUON. The MXNet environment's lane, beside it: its unit tests, strict nbval of
-# the Gluon track, then (in the main environment) TEST_AFTER_GLUON; its log follows. Then the
-# notebooks that run alone. Every part runs even if another failed; the exit status is non-zero
-# if any did. Budgets are wall-clock seconds: no notebook shares the machine with more than one
-# other job, and those that run alone share it with none.
+# (ONE_THREAD, above). The main environment's lane: its unit tests, whose report comes first, then
+# strict nbval of the shared notebooks not in TEST_AFTER_GLUON. The MXNet environment's lane, beside
+# it: its unit tests, strict nbval of the Gluon track, then (in the main environment)
+# TEST_AFTER_GLUON; its log follows. Then the notebooks that run alone. Every part runs even if
+# another failed; the exit status is non-zero if any did. Budgets are wall-clock seconds: no
+# notebook shares the machine with more than one other job, and those that run alone share it with
+# none.
 MXNET_LANE_LOG := build/test-mxnet-environment.log
 test: venvs
 	@mkdir -p build; \
@@ -160,10 +161,10 @@ test: venvs
 UNIT_MXNET_LOG := build/unit-tests-mxnet.log
 test-unit: venvs
 	@mkdir -p build; \
-	MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest -p no:cacheprovider \
-	    --durations=10 tests >$(UNIT_MXNET_LOG) 2>&1 & mxnet=$$!; \
-	MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest -p no:cacheprovider \
-	    --durations=10 tests; main_rc=$$?; \
+	$(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest \
+	    -p no:cacheprovider --durations=10 tests >$(UNIT_MXNET_LOG) 2>&1 & mxnet=$$!; \
+	$(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest \
+	    -p no:cacheprovider --durations=10 tests; main_rc=$$?; \
 	wait $$mxnet; mxnet_rc=$$?; \
 	echo "== unit tests in $(MXNET_VENV), run beside the ones above (exit $$mxnet_rc) =="; \
 	cat $(UNIT_MXNET_LOG); \
@@ -175,9 +176,10 @@ test-notebooks: venvs
 
 # The Gluon track (MXNet environment), then RUN_AFTER_GLUON, run beside the other shared notebooks
 # (main environment), then the notebooks that run alone; every runner appends to one summary
-# (build/summary.json, .txt). Both environments run even when one has a failing notebook. Without a Python 3.11 for the
-# MXNet environment the PyTorch and Keras tracks still run and the Gluon track is reported as not
-# run. The exit status is non-zero if any notebook failed or did not run.
+# (build/summary.json, .txt). Both environments run even when one has a failing notebook.
+# Without a Python 3.11 for the MXNet environment the PyTorch and Keras tracks still run and the
+# Gluon track is reported as not run. The exit status is non-zero if any notebook failed or did not
+# run.
 RUNNER = -m mptutor.notebooks --out build --append --budgets $(BUDGETS)
 run: run-venvs
 	@rc=0; mkdir -p build; rm -f build/summary.json build/summary.txt; \
