@@ -95,7 +95,8 @@ class Table:
             return ""
         if isinstance(value, bool):
             return "yes" if value else "no"
-        if isinstance(value, float):
+        if _is_float_scalar(value):
+            value = float(value)  # a NumPy float16 or float32 scalar as well as a Python float
             if value.is_integer() and abs(value) < 1e7:
                 return str(int(value))  # 65504, not 6.55e+04
             return format(value, self.float_format)
@@ -127,3 +128,15 @@ class Table:
         )
         caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
         return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _is_float_scalar(value: Any) -> bool:
+    """A Python float or a NumPy floating scalar (``np.float32`` is not a ``float``), no import."""
+    if isinstance(value, float):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return (
+        type(value).__module__ == "numpy"
+        and getattr(value, "ndim", None) == 0
+        and getattr(dtype, "kind", None) == "f"
+    )

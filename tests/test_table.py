@@ -34,6 +34,15 @@ def test_float_formatting():
     assert [line.strip() for line in lines[2:]] == ["3.403e+38", "5.96e-08", "1e+07"]
 
 
+def test_numpy_float_scalars_take_the_float_format_like_python_floats():
+    np = pytest.importorskip("numpy")
+    rows = [{"v": np.float32(0.026515126)}, {"v": np.float16(2.0)}, {"v": np.float64(1 / 3)},
+            {"v": np.array([0.5], np.float32)}, {"v": np.int32(7)}]
+    cells = [line.strip() for line in repr(Table(rows, float_format=".3f")).splitlines()[2:]]
+    # a 1-element array is not a scalar: printed as NumPy prints it; integers stay integers
+    assert cells == ["0.027", "2", "0.333", "[0.5]", "7"]
+
+
 @pytest.mark.parametrize("rows", [None, 5, [1, 2], ["ab"], [{1: 2}], "abc"])
 def test_rows_must_be_mappings_with_string_keys(rows):
     with pytest.raises(TypeError, match="rows"):
