@@ -63,34 +63,39 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 # use what the parts before it left unused, never the shares of the parts after it; the benchmark
 # scripts get 80% of their part's time as --budget-s (they start no unit of work that would not
 # fit, and save what they measured), `timeout` stops the part at 100%. The shares come from the
-# part durations measured in the first GPU window (H200, 2026-11-27; `first` took 356 of its
-# 420 s), never from the figures measured. The ResNet50 AMP figures are the headline targets and
-# none was measured there (the first run's start-up was every later mode's estimate), so
-# resnet50 gets the time the other parts did not need or can spare:
-#   install   40  pip --no-index of the wheelhouse (~29 MiB, 70 wheels) into .venv-gpu-host:
-#                 34 s in the window
-#   machine   15  hardware report and nvidia-smi (importing PyTorch): 10 s in the window
-#   gemm      30  5 precisions x 4 sizes, each n and n - 1, 8192^3 first: all of them in 21 s in
-#                 the window (part included)
-#   resnet50 170  an untimed start-up run at batch 8 (CUDA context, cuDNN and cuBLAS loading: the
-#                 first run took 78 s in the window, start-up included), then runs of 5 warm-up
-#                 + 30 timed steps at batch 256 of ~23 s each (cuDNN autotuning and building the
-#                 model; in a second run of 3 + 10 steps), channels_last first in the four
-#                 modes, then NCHW: the start-up and about four runs fit, NCHW may not
+# part durations measured in the two GPU windows (H200, 2026-11-27; `first` took 356 and 410 of
+# its 420 s), never from the figures measured. In both windows the resnet50 part ran strict FP32
+# first: its run was the slowest, and as the estimate of every mode not yet run it kept the AMP
+# modes (the headline targets) from starting. So the AMP modes run first now, then FP32 and TF32
+# (the baselines of the ratios); a direct run in that order measured all four in channels_last in
+# 125 s, start-up included:
+#   install   35  pip --no-index of the wheelhouse (~29 MiB, 70 wheels) into .venv-gpu-host:
+#                 34 s and 28 s in the windows
+#   machine   15  hardware report and nvidia-smi (importing PyTorch): 10 s and 11 s
+#   gemm      25  5 precisions x 4 sizes, each n and n - 1, 8192^3 first: all of them in 21 s and
+#                 22 s (part included)
+#   resnet50 165  an untimed start-up run at batch 8 (CUDA context, cuDNN and cuBLAS loading:
+#                 10-16 s when it runs first; the first window's first measured run took 78 s
+#                 without it), then runs of 5 warm-up + 30 timed steps at batch 256 (cuDNN
+#                 autotuning and building the model dominate: 26-35 s a run), AMP FP16, AMP
+#                 BF16, strict FP32, TF32 in channels_last, then NCHW: the start-up and four or
+#                 five runs fit, NCHW mostly not
 #   scaler    40  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps,
-#                 plus building two models and counting host syncs: 34 s in the window
-#   fp8       70  2 widths x 4 variants x (3 warm-up + 25) steps: 123 s of 164 given in the
-#                 window, the compiled width-4096 unit not started; with 70 s it measures what
-#                 fits, eager first, and records the rest as not started
-#   tests     45  the `gpu`-marked unit tests (tiny sizes) and their collection: 41 s in the
-#                 window (the tests after the first failed fast there, a leak since fixed)
-#   summary   10  targets.py --summary over the records: 1 s in the window
+#                 plus building two models and counting host syncs: 34 s and 37 s
+#   fp8       70  2 widths x 4 variants x (3 warm-up + 25) steps: 123 s of 164 given in the first
+#                 window (the compiled width-4096 unit not started), all of its 121 s in the
+#                 second (the eager units only); with 70 s it measures what fits, eager first,
+#                 and records the rest as not started
+#   tests     60  the `gpu`-marked unit tests (tiny sizes) and their collection: 41 s in the first
+#                 window (the tests after the first failed fast there, a leak since fixed), 45 s
+#                 stopped in the second, where all of them took 48 s in a separate run
+#   summary   10  targets.py --summary over the records: 1 s and 0 s
 # A part may use what the parts before it left unused, so resnet50 also gets what install,
 # machine and gemm did not spend. In a CPU rehearsal at --smoke sizes on a 2-core machine
 # (GPU_PLAN_REHEARSE=1, nothing to install) the fixed costs were: machine 19 s, gemm 20 s,
 # resnet50 29 s, scaler 25 s, fp8 31 s (torchao's recipes included), tests 23 s, summary 1 s.
 FIRST_PARTS=(install machine gemm resnet50 scaler fp8 tests summary)
-FIRST_SHARES=(40 15 30 170 40 70 45 10)
+FIRST_SHARES=(35 15 25 165 40 70 60 10)
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "gpu-plan.sh: $*" >&2; exit 2; }
@@ -240,8 +245,9 @@ part_gemm() {
 part_resnet50() {
     local steps=(--steps 30 --warmup 5)
     [[ $REHEARSE == 1 ]] && steps=()
+    # the headline modes first, then the baselines of their ratios (see the shares above)
     "$GPU_PY" benchmarks/resnet50_amp.py "${smoke[@]}" "${steps[@]}" --budget-s "$SCRIPT_S" \
-        --out "$out"
+        --modes amp_fp16 amp_bf16 fp32 tf32 --out "$out"
 }
 part_scaler() {
     "$GPU_PY" benchmarks/scaler_overhead.py "${smoke[@]}" --budget-s "$SCRIPT_S" --out "$out"

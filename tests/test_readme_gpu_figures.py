@@ -32,8 +32,9 @@ def test_the_h200_column_quotes_the_records():
     fp16 = next(r["tflops"] for r in gemm["rows"]
                 if r["precision"] == "fp16" and r["m"] == r["n"] == r["k"] == 8192)
     ratios = gemm["ratios_at_largest"]
-    resnet = {(r["mode"], r["channels_last"]): r["images_per_s"]
-              for r in _data("resnet50_amp-cuda-NVIDIA_H200")["rows"]}
+    record = _data("resnet50_amp-cuda-NVIDIA_H200")
+    resnet = {(r["mode"], r["channels_last"]): r for r in record["rows"]}
+    best = {r["mode"]: r for r in record["best_layouts"]}
     scaler = _data("scaler_overhead-cuda-NVIDIA_H200-resnet50")
     cpu = _data("scaler_overhead-cpu-mlp")
     fp8 = _data("fp8_step-cuda-NVIDIA_H200")
@@ -42,11 +43,25 @@ def test_the_h200_column_quotes_the_records():
         ("FP16 / strict FP32 GEMM throughput at 8192^3", "H100"): f"{ratios['fp16/fp32']:.2f}x",
         ("FP16 / TF32 GEMM throughput at 8192^3", "H100"): f"{ratios['fp16/tf32']:.3f}x",
         ("ResNet50 training images/s, AMP FP16 / strict FP32 (TF32 off), each at its best layout",
-         "H100"): f"strict FP32 {resnet['fp32', True]:.0f} images/s",
+         "H100"): f"{best['amp_fp16']['speedup_vs_fp32']:.2f}x (AMP FP16 "
+                  f"{best['amp_fp16']['images_per_s']:.0f}, strict FP32 "
+                  f"{best['fp32']['images_per_s']:.0f} images/s",
+        ("ResNet50 training images/s, AMP BF16 / strict FP32 (TF32 off), each at its best layout",
+         "H100"): f"{best['amp_bf16']['speedup_vs_fp32']:.2f}x (AMP BF16 "
+                  f"{best['amp_bf16']['images_per_s']:.0f} images/s",
         ("ResNet50 training images/s, AMP FP16 / TF32, each at its best layout", "H100"):
-            f"TF32 {resnet['tf32', True]:.0f} images/s, channels_last; {resnet['tf32', False]:.0f}",
+            f"{best['amp_fp16']['speedup_vs_tf32']:.2f}x (TF32 {best['tf32']['images_per_s']:.0f}",
+        ("ResNet50 training images/s, AMP BF16 / TF32, each at its best layout", "H100"):
+            f"{best['amp_bf16']['speedup_vs_tf32']:.2f}x",
+        ("ResNet50 training images/s, AMP FP16, channels_last", "H100"):
+            f"{resnet['amp_fp16', True]['images_per_s']:.0f} images/s",
+        ("ResNet50 peak memory, AMP FP16 / strict FP32, each at its best layout", "H100"):
+            f"{best['amp_fp16']['memory_vs_fp32']:.3f}x ({best['amp_fp16']['peak_memory_gib']:.1f} "
+            f"of {best['fp32']['peak_memory_gib']:.1f} GiB",
+        ("ResNet50 peak memory, AMP BF16 / strict FP32, each at its best layout", "H100"):
+            f"{best['amp_bf16']['memory_vs_fp32']:.3f}x",
         ("training step time, mptutor FP32 master weights + loss scaler / torch.amp.GradScaler",
-         "GPU"): f"{scaler['iteration_ratio']:.3f}x, not met",
+         "GPU"): f"{scaler['iteration_ratio']:.3f}x, met",
         ("training step time, mptutor FP32 master weights + loss scaler / torch.amp.GradScaler",
          "CPU"): f"{cpu['iteration_ratio']:.3f}x",
         ("host syncs per training step, mptutor FP32 master weights + loss scaler", "GPU"):
@@ -57,9 +72,11 @@ def test_the_h200_column_quotes_the_records():
     }  # fmt: skip
     for key, text in expected.items():
         assert text in cells[key], (key, text, cells[key])
-    # the optimizer part's ratio, and the ResNet-50 AMP modes that no record holds yet
+    # the optimizer part's ratio, and the layouts: the record has channels_last runs only,
+    # so every "best layout" cell says so
     gpu_step = ("training step time, mptutor FP32 master weights + loss scaler / "
                 "torch.amp.GradScaler", "GPU")
     assert f"the optimizer part took {scaler['step_ratio']:.2f}x" in cells[gpu_step]
-    assert not any(mode.startswith("amp") for mode, _ in resnet)
-    assert all(cells[key].startswith("not measured") for key in cells if "AMP" in key[0])
+    assert scaler["iteration_ratio"] <= 1.02
+    assert all(channels_last for _, channels_last in resnet)
+    assert all("channels_last only" in cells[key] for key in cells if "best layout" in key[0])
