@@ -131,7 +131,7 @@ class Table:
 
 
 def _is_float_scalar(value: Any) -> bool:
-    """A Python float or a NumPy floating scalar (``np.float32`` is not a ``float``), no import."""
+    """Return whether a value is a Python float or a NumPy floating scalar (no float subclass)."""
     if isinstance(value, float):
         return True
     dtype = getattr(value, "dtype", None)

@@ -47,6 +47,10 @@ def _constants(device: torch.device) -> dict[str, torch.Tensor]:
             "half": torch.tensor(0.5, **f32),
             "2**22": torch.tensor(2.0**22, **f32),
             "tiny": torch.tensor(_TINY, **f32),
+            # divisors as tensors: CUDA divides by a Python number as a product with its
+            # float32 reciprocal, one unit in the last place off NumPy's quotient at times
+            "fp4_max": torch.tensor(_FP4_MAX, **f32),
+            "tensor_max": torch.tensor(_TENSOR_MAX, **f32),
         }
     return _CONSTANTS[device]
 
@@ -98,8 +102,9 @@ def _nvfp4(
         block_amax = size.amax(2, keepdim=True)  # NaN where a NaN is in the block
     amax = torch.nan_to_num_(size, nan=0.0, posinf=0.0).amax()  # over the finite values
     # NumPy's tensor scale, but for a tensor of zeros (1 there, _TINY here: the same zeros)
-    scale = torch.maximum(amax / _TENSOR_MAX, _constants(t.device)["tiny"])
-    wanted = block_amax / _FP4_MAX / scale  # the same float32 steps as NumPy's
+    c = _constants(t.device)
+    scale = torch.maximum(amax / c["tensor_max"], c["tiny"])
+    wanted = block_amax / c["fp4_max"] / scale  # the same float32 steps as NumPy's
     wanted.add_(block_amax - block_amax)  # NaN where the block holds an inf or a NaN
     block = wanted.clamp_(max=_E4M3_MAX).to(torch.float8_e4m3fn).float()
     decode = block * scale
