@@ -310,7 +310,8 @@ case "$step" in
             [[ $i == 0 && ! -x "$GPU_VENV/bin/python" ]] && GPU_PY="$PYTHON"
         done
         echo "the parts (OUT/parts.tsv):"
-        column -t -s $'\t' "$out/parts.tsv" || cat "$out/parts.tsv"
+        if command -v column >/dev/null; then column -t -s $'\t' "$out/parts.tsv"
+        else cat "$out/parts.tsv"; fi  # the GPU host has no `column`
         ;;
     next)
         need_gpu
