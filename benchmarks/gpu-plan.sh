@@ -67,8 +67,9 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 # its 420 s), never from the figures measured. In both windows the resnet50 part ran strict FP32
 # first: its run was the slowest, and as the estimate of every mode not yet run it kept the AMP
 # modes (the headline targets) from starting. So the AMP modes run first now, then FP32 and TF32
-# (the baselines of the ratios); a direct run in that order measured all four in channels_last in
-# 125 s, start-up included:
+# (the baselines of the ratios); a direct run in that order, at 3 + 20 steps, measured all four
+# in channels_last in 125 s, start-up and Python's included (data/results/logs/
+# 2026-11-27-h200-window2/direct-runs.md):
 #   install   35  pip --no-index of the wheelhouse (~29 MiB, 70 wheels) into .venv-gpu-host:
 #                 34 s and 28 s in the windows
 #   machine   15  hardware report and nvidia-smi (importing PyTorch): 10 s and 11 s
@@ -76,10 +77,13 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 #                 22 s (part included)
 #   resnet50 165  an untimed start-up run at batch 8 (CUDA context, cuDNN and cuBLAS loading:
 #                 10-16 s when it runs first; the first window's first measured run took 78 s
-#                 without it), then runs of 5 warm-up + 30 timed steps at batch 256 (cuDNN
-#                 autotuning and building the model dominate: 26-35 s a run), AMP FP16, AMP
-#                 BF16, strict FP32, TF32 in channels_last, then NCHW: the start-up and four or
-#                 five runs fit, NCHW mostly not
+#                 without it), then runs of 5 warm-up + 30 timed steps at batch 256, AMP FP16,
+#                 AMP BF16, strict FP32, TF32 in channels_last, then NCHW. cuDNN autotuning and
+#                 building the model take most of a run: TF32 in NCHW took 29 s in the second
+#                 window; strict FP32 in channels_last, the first run after the start-up there,
+#                 took over 44 s (the budget's reasons in its log); the direct run's four took
+#                 at most 110 s together (its 125 s less its 15.5 s start-up). So the start-up and the four channels_last runs fit, NCHW
+#                 mostly not
 #   scaler    40  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps,
 #                 plus building two models and counting host syncs: 34 s and 37 s
 #   fp8       70  2 widths x 4 variants x (3 warm-up + 25) steps: 123 s of 164 given in the first
@@ -89,6 +93,7 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 #   tests     60  the `gpu`-marked unit tests (tiny sizes) and their collection: 41 s in the first
 #                 window (the tests after the first failed fast there, a leak since fixed), 45 s
 #                 stopped in the second, where all of them took 48 s in a separate run
+#                 (38 s by pytest's count, collection excluded; direct-runs.md)
 #   summary   10  targets.py --summary over the records: 1 s and 0 s
 # A part may use what the parts before it left unused, so resnet50 also gets what install,
 # machine and gemm did not spend. In a CPU rehearsal at --smoke sizes on a 2-core machine
