@@ -19,7 +19,9 @@ timed on inputs that the cache still holds from the call before; and FP16 produc
 busy for --clock-warmup seconds before the first row, so that the first rows are not timed while
 its clocks ramp up. ``nvidia-smi``'s clocks, power limit and throttle reasons before and after
 the run are in the record. On a CPU the inputs are reused and its caches are not flushed.
-FP8 products accumulate in FP32 (``use_fast_accum=False``) unless --fp8-fast-accum.
+FP8 products run with ``use_fast_accum=False`` (cuBLAS promotes the partial sums to higher
+precision at intervals) unless --fp8-fast-accum; Hopper's FP8 Tensor Cores sum more narrowly than
+FP32 between promotions (pytorch/11, section 6).
 
 Order and time: the sizes run in the order given (the GPU default puts the size the targets are
 stated at, 8192, first, then the smaller ones). With --budget-s a size is not started once what
