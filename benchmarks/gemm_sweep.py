@@ -21,7 +21,9 @@ its clocks ramp up. ``nvidia-smi``'s clocks, power limit and throttle reasons be
 the run are in the record. On a CPU the inputs are reused and its caches are not flushed.
 FP8 products run with ``use_fast_accum=False`` (cuBLAS promotes the partial sums to higher
 precision at intervals) unless --fp8-fast-accum; Hopper's FP8 Tensor Cores sum more narrowly than
-FP32 between promotions (pytorch/11, section 6).
+FP32 between promotions (pytorch/11, section 6). After the timings the record also gets
+``fp8_accumulation``: the error of ``torch._scaled_mm``'s sums with and without the flag at
+several inner dimensions (``mptutor.torch.scaled_mm_accumulation``), which pytorch/11 shows.
 
 Order and time: the sizes run in the order given (the GPU default puts the size the targets are
 stated at, 8192, first, then the smaller ones). With --budget-s a size is not started once what
@@ -167,6 +169,22 @@ def main(argv: list[str] | None = None) -> None:
             ratios[f"{num}/{den}"] = tflops[(num, top)] / tflops[(den, top)]
             print(f"{num} / {den} at {top}^3: {ratios[f'{num}/{den}']:.2f}x")
     methods = sorted({r["timing"]["method"] for r in rows if "timing" in r})
+    # After the timings, never before them: how _scaled_mm sums FP8 products (well under a
+    # second), with and without use_fast_accum, as pytorch/11 measures it live
+    accumulation = None
+    if "fp8_e4m3" in args.precisions:
+        ks = [32, 256] if args.smoke else [64, 1024, 4096, 16384]
+        try:
+            accumulation = {
+                "ks": ks,
+                "rows": mpt.scaled_mm_accumulation(device, ks, 16 if args.smoke else 32),
+                "what": "mptutor.torch.scaled_mm_accumulation: all-positive E4M3 operands, "
+                "errors against the exact product of the same FP8 values",
+            }
+            print(Table(accumulation["rows"], float_format=".3g", title="FP8 accumulation"))
+        except RuntimeError as err:  # torch._scaled_mm refuses this GPU
+            accumulation = {"skipped": f"{type(err).__name__}: {err}"}
+            print("FP8 accumulation not measured:", accumulation["skipped"])
     data = {
         "sizes": sizes,
         "skipped_sizes": skipped_sizes,
@@ -180,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         "tf32_api": tp.tf32_settings()["api"],
         "rows": rows,
         "ratios_at_largest": ratios,
+        "fp8_accumulation": accumulation,
     }
     path = records.save_record("gemm_sweep", device, data, args, gpu_before=gpu_before)
     if path is not None:

@@ -266,6 +266,11 @@ def test_gemm_sweep_smoke_run_writes_a_record(tmp_path, capsys):
     assert all(len(r["timing"]["times"]) == data["repeats"] for r in measured)
     assert record["command"].startswith("python") and record["hardware"]["packages"]["torch"]
     assert not bench.find_records(results_dir=tmp_path)  # smoke records are left out
+    accumulation = data["fp8_accumulation"]  # after the timings; the CPU sums in FP32
+    assert [r["K"] for r in accumulation["rows"]] == accumulation["ks"] == [32, 256]
+    assert all(r["identical"] for r in accumulation["rows"]) and "FP8 accumulation" in out
+    load_script("gemm_sweep").main(["--smoke", "--precisions", "fp32", "--out", str(tmp_path)])
+    assert _only_record(tmp_path)[1]["data"]["fp8_accumulation"] is None  # FP8 not asked for
 
 
 def test_scripts_write_nothing_without_out(tmp_path, capsys, monkeypatch):
@@ -417,6 +422,8 @@ def test_gemm_sweep_on_a_gpu_times_with_cuda_graphs_past_the_l2_cache(tmp_path):
     assert data["gpu"] and record["hardware"]["gpus"]
     assert all(r["input_sets"] > 1 for r in data["rows"] if "tflops" in r)  # 256^3 fits in L2
     assert record["environment"]["gpu_state_after"]  # nvidia-smi answered
+    accumulation = data["fp8_accumulation"]  # measured, or why not (a GPU without FP8)
+    assert accumulation["rows"] if record["hardware"]["gpus"][0]["fp8"] else accumulation["skipped"]
 
 
 @pytest.mark.gpu

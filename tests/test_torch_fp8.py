@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from torch import nn  # noqa: E402
 
-from mptutor import fp8  # noqa: E402
+from mptutor import fp8, hardware  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
 from mptutor.torch import _fp8  # noqa: E402
 from mptutor.torch._fp8 import _cast  # noqa: E402
@@ -329,3 +329,48 @@ def test_to_fp8_refuses_what_is_not_a_model_and_changes_nothing_on_error():
     with pytest.raises(ValueError, match="in_features must be in"):
         mpt.to_fp8(empty)
     assert type(empty[0]) is nn.Linear  # the first was not replaced either
+
+
+def test_scaled_mm_accumulation_on_the_cpu_is_the_fp32_emulation():
+    rows = mpt.scaled_mm_accumulation("cpu", ks=(32, 256), rows=16)
+    assert [r["K"] for r in rows] == [32, 256]
+    for r in rows:  # the CPU ignores the flag, and sums in FP32
+        assert r["identical"]
+        assert r["fast_accum=False: max relative error"] == r["fast_accum=True: max relative error"]
+        assert 0 <= r["fast_accum=False: max relative error"] < 1e-6
+    # with AMX-INT8 or AMX-FP16, torch's CPU _scaled_mm takes oneDNN: not the emulation below
+    amx = hardware.report().cpu_features
+    if torch.backends.mkldnn.is_available() and (amx["amx_int8"] or amx["amx_fp16"]):
+        return
+    assert all(r["= FP32 emulation"] for r in rows)
+    # the same figure computed here: uniform [0, 1) operands seeded by K, cast to E4M3
+    gen = torch.Generator().manual_seed(256)
+    a = torch.rand(16, 256, generator=gen).to(torch.float8_e4m3fn)
+    b = torch.rand(16, 256, generator=gen).to(torch.float8_e4m3fn)
+    exact = a.double() @ b.double().T
+    error = ((a.float() @ b.float().T).double() - exact) / exact
+    assert rows[1]["fast_accum=False: max relative error"] == float(error.abs().max())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"ks": (1000,)}, ValueError, "each of ks must be a multiple of 16"),
+        ({"ks": (0,)}, ValueError, "each of ks"),
+        ({"ks": "1024"}, TypeError, "ks must be a non-empty collection"),
+        ({"ks": ()}, TypeError, "ks must be a non-empty collection"),
+        ({"ks": (16.0,)}, TypeError, "each of ks must be an int"),
+        ({"rows": 24}, ValueError, "rows must be a multiple of 16"),
+        ({"device": 3}, TypeError, "device must be"),
+    ],
+)
+def test_scaled_mm_accumulation_refuses_bad_input(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        mpt.scaled_mm_accumulation(**kwargs)
+
+
+@pytest.mark.gpu
+def test_scaled_mm_accumulation_on_a_gpu_never_gains_from_fast_accumulation():
+    rows = mpt.scaled_mm_accumulation("cuda")
+    for r in rows:  # without the flag cuBLAS promotes the partial sums; with it, not
+        assert r["fast_accum=False: max relative error"] <= r["fast_accum=True: max relative error"]

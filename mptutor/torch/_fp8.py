@@ -229,3 +229,75 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
         )  # fmt: skip
 
     return swap_linears(model, skip, build, "to_fp8", "FP8Linear")
+
+
+def scaled_mm_accumulation(
+    device: str | torch.device = "cpu", ks: Collection[int] = (1024, 4096, 16384), rows: int = 32
+) -> list[dict[str, Any]]:
+    """Measure how ``torch._scaled_mm`` sums FP8 products, with and without ``use_fast_accum``.
+
+    For each inner dimension K: two ``(rows, K)`` matrices of uniform values in [0, 1), cast to
+    E4M3 (all positive, as activations after a ReLU: the worst case for a narrow accumulator,
+    whose partial sum only grows), seeded by K; their product through ``torch._scaled_mm`` with
+    scales of 1 and an FP32 result, against the exact (float64) product of the same FP8 values.
+    Then the same operands with scales that are not powers of two (0.37 and 1.9), against the FP32
+    product of the operands converted to FP32 and multiplied by their scales (what a CPU without
+    FP8 instructions computes).
+
+    Parameters
+    ----------
+    device : str or torch.device, optional
+        Where ``_scaled_mm`` runs: ``"cpu"`` or a CUDA GPU with FP8 Tensor Cores (Ada, Hopper or
+        later).
+    ks : collection of int, optional
+        Inner dimensions, each a positive multiple of 16.
+    rows : int, optional
+        Rows of each operand (the product is ``rows x rows``), a positive multiple of 16.
+
+    Returns
+    -------
+    list of dict
+        One row per K: ``K``, ``fast_accum=False: max relative error`` and
+        ``fast_accum=True: max relative error`` (the largest ``|out - exact| / exact`` over the
+        product), ``identical`` (whether the two results are equal) and ``= FP32 emulation``
+        (whether the scaled product equals the FP32 one bit for bit).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a bad ``device``, ``ks`` or ``rows``, before any work.
+    """
+    device = torch.device(device) if isinstance(device, str) else device
+    check_type(device, "device", torch.device, "a torch.device or its name")
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Collection) or not ks:
+        raise TypeError(f"ks must be a non-empty collection of ints, got {ks!r}")
+    sizes = [check_scalar(k, "each of ks", int, min_val=16) for k in ks]
+    rows = check_scalar(rows, "rows", int, min_val=16)
+    for name, value in [*(("each of ks", k) for k in sizes), ("rows", rows)]:
+        if value % 16:
+            raise ValueError(f"{name} must be a multiple of 16 (torch._scaled_mm), got {value}")
+    one = torch.ones((), device=device)
+    scale_a, scale_b = torch.tensor(0.37, device=device), torch.tensor(1.9, device=device)
+    table = []
+    for k in sizes:
+        gen = torch.Generator().manual_seed(k)
+        a = torch.rand(rows, k, generator=gen).to(torch.float8_e4m3fn)
+        b = torch.rand(rows, k, generator=gen).to(torch.float8_e4m3fn)
+        exact = a.double() @ b.double().T
+        row: dict[str, Any] = {"K": k}
+        outs = {}
+        for fast in (False, True):
+            outs[fast] = torch._scaled_mm(
+                a.to(device), b.to(device).T, scale_a=one, scale_b=one, out_dtype=torch.float32,
+                use_fast_accum=fast,
+            ).double().cpu()  # fmt: skip
+            error = ((outs[fast] - exact) / exact).abs().max()
+            row[f"fast_accum={fast}: max relative error"] = float(error)
+        row["identical"] = bool(torch.equal(outs[False], outs[True]))
+        scaled = torch._scaled_mm(
+            a.to(device), b.to(device).T, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.float32
+        ).cpu()
+        emulation = (a.float() * scale_a.cpu()) @ (b.float() * scale_b.cpu()).T
+        row["= FP32 emulation"] = bool(torch.equal(scaled, emulation))
+        table.append(row)
+    return table
