@@ -12,11 +12,14 @@ in channels_last *before* its FP32 master copies are made, so that the FP16 weig
 masters have the same strides and the fused copies between them (``torch._foreach_copy_``) run
 on their fast path. The script checks that the strides match, and stops if they do not.
 
-Timings alternate between the two in rounds, so drift of the machine hits both alike. Two
-ratios are reported (mptutor / torch, median of repeats): the whole training step (forward,
-backward and optimizer: the figure the project's target is stated for), and the optimizer part
-alone (unscale, inf check, step, scale update). On a GPU the host syncs are counted with
-``torch.cuda.set_sync_debug_mode``, for the optimizer part and for the whole step.
+Each round times mptutor's iterations, then torch's (always in that order), so drift of the
+machine from round to round hits both alike. Two ratios are reported (mptutor / torch, median of
+repeats): the whole training step (forward, backward and optimizer: the figure the project's
+target is stated for), and the optimizer part alone (unscale, inf check, step, scale update). On
+a GPU the host syncs are counted with ``torch.cuda.set_sync_debug_mode``, for the optimizer part
+and for the whole step, and one optimizer part of each runs under the profiler
+(``mptutor.torch.tensor_core_kernels``): its kernel launches and kernel time
+(``optimizer_part_kernels``), to set against the part's wall-clock time.
 
 Time: with --budget-s no round starts once what is left is shorter than the longest round so
 far took (the first round always runs); the record gives the rounds run.
@@ -237,6 +240,25 @@ def measure(args: argparse.Namespace, budget: Budget | None = None) -> dict:
             result["host_syncs_per_iteration"][k] = mpt.count_host_syncs(
                 lambda t=t: (t.forward_backward(x, y), t.step())
             )
+        # The kernels of one optimizer part under the profiler: how many launches, and how
+        # long the GPU computed, against the part's wall-clock time above (the rest is the
+        # host's: Python, dispatch, launches, the sync)
+        result["optimizer_part_kernels"] = {}
+        for k, t in trainers.items():
+            t.forward_backward(x, y)
+            kernels = mpt.tensor_core_kernels(t.step, warmup=0)
+            result["optimizer_part_kernels"][k] = {
+                "launches": sum(kernel.calls for kernel in kernels),
+                "kernel_time_ms": sum(kernel.cuda_time_us for kernel in kernels) / 1e3,
+                "longest": [
+                    {
+                        "name": kernel.name[:120],
+                        "calls": kernel.calls,
+                        "time_us": kernel.cuda_time_us,
+                    }
+                    for kernel in kernels[:5]
+                ],
+            }
     return result
 
 
@@ -304,6 +326,11 @@ def main(argv: list[str] | None = None) -> None:
     if "host_syncs_per_step" in result:
         print(f"  host syncs per optimizer part: {result['host_syncs_per_step']}")
         print(f"  host syncs per training step: {result['host_syncs_per_iteration']}")
+        for k, part in result["optimizer_part_kernels"].items():
+            print(
+                f"  {k} optimizer part under the profiler: {part['launches']} kernel launches,"
+                f" {part['kernel_time_ms']:.2f} ms of kernel time"
+            )
     path = records.save_record(
         "scaler_overhead", args.device, result, args, suffix=args.model, gpu_before=gpu_before
     )

@@ -445,3 +445,5 @@ def test_scaler_benchmark_on_a_gpu_counts_host_syncs(tmp_path):
     assert data["master_strides_match"]
     assert data["host_syncs_per_iteration"]["mptutor"] <= 1
     assert data["host_syncs_per_step"]["torch"] >= 1  # GradScaler reads its inf flag too
+    for part in data["optimizer_part_kernels"].values():  # both recipes launch kernels
+        assert part["launches"] > 0 and part["kernel_time_ms"] > 0 and part["longest"]
