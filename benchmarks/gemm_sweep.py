@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             accumulation = {
                 "ks": ks,
                 "rows": mpt.scaled_mm_accumulation(device, ks, 16 if args.smoke else 32),
-                "what": "mptutor.torch.scaled_mm_accumulation: all-positive E4M3 operands, "
+                "what": "mptutor.torch.scaled_mm_accumulation: non-negative E4M3 operands, "
                 "errors against the exact product of the same FP8 values",
             }
             print(Table(accumulation["rows"], float_format=".3g", title="FP8 accumulation"))

@@ -84,8 +84,9 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 #                 took over 44 s (the budget's reasons in its log); the direct run's four took
 #                 at most 110 s together (its 125 s less its 15.5 s start-up). So the start-up and the four channels_last runs fit, NCHW
 #                 mostly not
-#   scaler    40  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps,
-#                 plus building two models and counting host syncs: 34 s and 37 s
+#   scaler    45  ResNet50 at batch 128 in FP16, 2 trainers x (5 warm-up + 5 rounds x 10) steps,
+#                 plus building two models and counting host syncs: 34 s and 37 s; now also one
+#                 profiled optimizer part per trainer (a few seconds, CUPTI's start included)
 #   fp8       70  2 widths x 4 variants x (3 warm-up + 25) steps: 123 s of 164 given in the first
 #                 window (the compiled width-4096 unit not started), all of its 121 s in the
 #                 second (the eager units only); with 70 s it measures what fits, eager first,
@@ -94,13 +95,13 @@ NBVAL=(-p no:cacheprovider --nbval --nbval-current-env
 #                 window (the tests after the first failed fast there, a leak since fixed), 45 s
 #                 stopped in the second, where all of them took 48 s in a separate run
 #                 (38 s by pytest's count, collection excluded; direct-runs.md)
-#   summary   10  targets.py --summary over the records: 1 s and 0 s
+#   summary    5  targets.py --summary over the records: 1 s and 0 s
 # A part may use what the parts before it left unused, so resnet50 also gets what install,
 # machine and gemm did not spend. In a CPU rehearsal at --smoke sizes on a 2-core machine
 # (GPU_PLAN_REHEARSE=1, nothing to install) the fixed costs were: machine 19 s, gemm 20 s,
 # resnet50 29 s, scaler 25 s, fp8 31 s (torchao's recipes included), tests 23 s, summary 1 s.
 FIRST_PARTS=(install machine gemm resnet50 scaler fp8 tests summary)
-FIRST_SHARES=(35 15 25 165 40 70 60 10)
+FIRST_SHARES=(35 15 25 165 45 70 60 5)
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "gpu-plan.sh: $*" >&2; exit 2; }

@@ -362,11 +362,19 @@ def test_scaled_mm_accumulation_on_the_cpu_is_the_fp32_emulation():
         ({"ks": (16.0,)}, TypeError, "each of ks must be an int"),
         ({"rows": 24}, ValueError, "rows must be a multiple of 16"),
         ({"device": 3}, TypeError, "device must be"),
+        ({"device": "gpu"}, ValueError, "device must be 'cpu' or a CUDA device"),
+        ({"device": "meta"}, ValueError, "device must be 'cpu' or a CUDA device"),
     ],
 )
 def test_scaled_mm_accumulation_refuses_bad_input(kwargs, error, message):
     with pytest.raises(error, match=message):
         mpt.scaled_mm_accumulation(**kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without GPU")
+def test_scaled_mm_accumulation_without_a_gpu_refuses_cuda():
+    with pytest.raises(RuntimeError, match="PyTorch sees no CUDA GPU"):
+        mpt.scaled_mm_accumulation("cuda")
 
 
 @pytest.mark.gpu

@@ -237,12 +237,13 @@ def scaled_mm_accumulation(
     """Measure how ``torch._scaled_mm`` sums FP8 products, with and without ``use_fast_accum``.
 
     For each inner dimension K: two ``(rows, K)`` matrices of uniform values in [0, 1), cast to
-    E4M3 (all positive, as activations after a ReLU: the worst case for a narrow accumulator,
-    whose partial sum only grows), seeded by K; their product through ``torch._scaled_mm`` with
-    scales of 1 and an FP32 result, against the exact (float64) product of the same FP8 values.
+    E4M3 (none negative, a few rounded to 0, as activations after a ReLU: the worst case for a
+    narrow accumulator, whose partial sum never falls), seeded by K; their product through
+    ``torch._scaled_mm`` with scales of 1 and an FP32 result, against the exact (float64) product
+    of the same FP8 values.
     Then the same operands with scales that are not powers of two (0.37 and 1.9), against the FP32
-    product of the operands converted to FP32 and multiplied by their scales (what a CPU without
-    FP8 instructions computes).
+    product of the operands converted to FP32 and multiplied by their scales (what PyTorch
+    computes on a CPU where oneDNN has no FP8 kernel: without AMX-INT8 or AMX-FP16).
 
     Parameters
     ----------
@@ -266,9 +267,18 @@ def scaled_mm_accumulation(
     ------
     TypeError, ValueError
         For a bad ``device``, ``ks`` or ``rows``, before any work.
+    RuntimeError
+        Before any work, if ``device`` is a CUDA device and PyTorch sees no GPU; from
+        ``torch._scaled_mm``, on a GPU without FP8 Tensor Cores.
     """
-    device = torch.device(device) if isinstance(device, str) else device
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(f"device must be 'cpu' or a CUDA device, got {device!r}") from err
     check_type(device, "device", torch.device, "a torch.device or its name")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or a CUDA device, got {str(device)!r}")
     if isinstance(ks, (str, bytes)) or not isinstance(ks, Collection) or not ks:
         raise TypeError(f"ks must be a non-empty collection of ints, got {ks!r}")
     sizes = [check_scalar(k, "each of ks", int, min_val=16) for k in ks]
@@ -276,6 +286,8 @@ def scaled_mm_accumulation(
     for name, value in [*(("each of ks", k) for k in sizes), ("rows", rows)]:
         if value % 16:
             raise ValueError(f"{name} must be a multiple of 16 (torch._scaled_mm), got {value}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {str(device)!r}: PyTorch sees no CUDA GPU here")
     one = torch.ones((), device=device)
     scale_a, scale_b = torch.tensor(0.37, device=device), torch.tensor(1.9, device=device)
     table = []
