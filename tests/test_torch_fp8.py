@@ -331,17 +331,25 @@ def test_to_fp8_refuses_what_is_not_a_model_and_changes_nothing_on_error():
     assert type(empty[0]) is nn.Linear  # the first was not replaced either
 
 
-def test_scaled_mm_accumulation_on_the_cpu_is_the_fp32_emulation():
+def test_scaled_mm_accumulation_on_the_cpu_ignores_the_flag_and_sums_in_fp32():
     rows = mpt.scaled_mm_accumulation("cpu", ks=(32, 256), rows=16)
     assert [r["K"] for r in rows] == [32, 256]
-    for r in rows:  # the CPU ignores the flag, and sums in FP32
+    for r in rows:
         assert r["identical"]
         assert r["fast_accum=False: max relative error"] == r["fast_accum=True: max relative error"]
         assert 0 <= r["fast_accum=False: max relative error"] < 1e-6
-    # with AMX-INT8 or AMX-FP16, torch's CPU _scaled_mm takes oneDNN: not the emulation below
-    amx = hardware.report().cpu_features
-    if torch.backends.mkldnn.is_available() and (amx["amx_int8"] or amx["amx_fp16"]):
-        return
+
+
+_AMX = hardware.report().cpu_features
+
+
+# with AMX-INT8 or AMX-FP16, torch's CPU _scaled_mm takes oneDNN, not the FP32 emulation
+@pytest.mark.skipif(
+    torch.backends.mkldnn.is_available() and (_AMX["amx_int8"] or _AMX["amx_fp16"]),
+    reason="this CPU's _scaled_mm runs oneDNN's FP8 kernel, not the FP32 emulation",
+)
+def test_scaled_mm_accumulation_on_the_cpu_is_the_fp32_emulation():
+    rows = mpt.scaled_mm_accumulation("cpu", ks=(32, 256), rows=16)
     assert all(r["= FP32 emulation"] for r in rows)
     # the same figure computed here: uniform [0, 1) operands seeded by K, cast to E4M3
     gen = torch.Generator().manual_seed(256)
@@ -382,3 +390,5 @@ def test_scaled_mm_accumulation_on_a_gpu_never_gains_from_fast_accumulation():
     rows = mpt.scaled_mm_accumulation("cuda")
     for r in rows:  # without the flag cuBLAS promotes the partial sums; with it, not
         assert r["fast_accum=False: max relative error"] <= r["fast_accum=True: max relative error"]
+    if torch.cuda.get_device_capability() in ((8, 9), (9, 0)):  # the flag acts on Ada, Hopper
+        assert not rows[-1]["identical"]  # K = 16384: the flag changed the sums

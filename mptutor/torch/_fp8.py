@@ -288,8 +288,9 @@ def scaled_mm_accumulation(
             raise ValueError(f"{name} must be a multiple of 16 (torch._scaled_mm), got {value}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {str(device)!r}: PyTorch sees no CUDA GPU here")
-    one = torch.ones((), device=device)
-    scale_a, scale_b = torch.tensor(0.37, device=device), torch.tensor(1.9, device=device)
+    f32 = {"device": device, "dtype": torch.float32}  # _scaled_mm's scales are float32
+    one = torch.ones((), **f32)
+    scale_a, scale_b = torch.tensor(0.37, **f32), torch.tensor(1.9, **f32)
     table = []
     for k in sizes:
         gen = torch.Generator().manual_seed(k)
