@@ -48,7 +48,7 @@ def _constants(device: torch.device) -> dict[str, torch.Tensor]:
             "2**22": torch.tensor(2.0**22, **f32),
             "tiny": torch.tensor(_TINY, **f32),
             # divisors as tensors: CUDA divides by a Python number as a product with its
-            # float32 reciprocal, one unit in the last place off NumPy's quotient at times
+            # float32 reciprocal, a unit or two in the last place off NumPy's quotient at times
             "fp4_max": torch.tensor(_FP4_MAX, **f32),
             "tensor_max": torch.tensor(_TENSOR_MAX, **f32),
         }
