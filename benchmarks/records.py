@@ -199,13 +199,33 @@ def environment(gpu_before: list[dict[str, str]] | None = None) -> dict[str, Any
 
 
 def this_command() -> str:
-    """Return this process's command line, the script path relative to the checkout."""
+    """Return this process's command line, without the machine's folders.
+
+    The script is shown relative to the checkout; so is an absolute path argument inside it
+    (``--out=PATH`` too), and one outside it as ``.../`` and its last part (``--out
+    /home/me/runs/first`` is recorded as ``--out .../first``): a committed record names the run's
+    output folder, not the machine's layout.
+    """
     script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     if script is not None and script.is_relative_to(ROOT):
         shown = str(script.relative_to(ROOT))
     else:
         shown = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
-    return " ".join(["python", shown, *sys.argv[1:]])
+    return " ".join(["python", shown, *map(_without_folders, sys.argv[1:])])
+
+
+def _without_folders(argument: str) -> str:
+    option, equals, value = argument.partition("=") if argument.startswith("--") else ("", "", "")
+    if not equals:
+        option, value = "", argument
+    if not os.path.isabs(value):
+        return argument
+    path = Path(os.path.normpath(value))
+    if path.is_relative_to(ROOT):
+        value = str(path.relative_to(ROOT)) or "."
+    else:
+        value = f".../{path.name}" if path.name else "..."
+    return f"{option}{equals}{value}"
 
 
 def save_result(

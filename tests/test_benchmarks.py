@@ -72,6 +72,19 @@ def test_a_record_carries_its_provenance(tmp_path, monkeypatch):
     assert bench._read_record(tmp_path / "x.json")["git_commit"] == "given"
 
 
+def test_the_command_names_no_folder_of_the_machine(monkeypatch):
+    script = str(records.ROOT / "benchmarks" / "gemm_sweep.py")
+    argv = [script, "--budget-s", "32", "--out", "/somewhere/out/first", "--save",
+            f"--out={records.ROOT / 'build' / 'r'}", "--label=/a/b/", "rel/dir", "/"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert records.this_command() == (
+        "python benchmarks/gemm_sweep.py --budget-s 32 --out .../first --save --out=build/r"
+        " --label=.../b rel/dir ..."
+    )
+    monkeypatch.setattr(sys, "argv", ["/elsewhere/tool.py", str(records.ROOT)])
+    assert records.this_command() == "python tool.py ."
+
+
 def test_the_commit_comes_from_the_argument_the_variable_or_git(monkeypatch):
     monkeypatch.setenv("MPTUTOR_COMMIT", "fromenv")
     assert records.commit("given") == "given" and records.commit() == "fromenv"
