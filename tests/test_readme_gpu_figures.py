@@ -77,6 +77,12 @@ def test_the_h200_column_quotes_the_records():
     gpu_step = ("training step time, mptutor FP32 master weights + loss scaler / "
                 "torch.amp.GradScaler", "GPU")
     assert f"the optimizer part took {scaler['step_ratio']:.2f}x" in cells[gpu_step]
+    # the first window's scaler record, kept beside its logs (data/results/ holds the second's)
+    first = RESULTS / "logs" / "2026-11-27-h200-window1"
+    window1 = json.loads(next(first.glob("scaler_overhead-cuda-*.json")).read_text("utf-8"))["data"]
+    assert window1["iteration_ratio"] > 1.02
+    assert (f"`data/results/logs/{first.name}/`: {window1['iteration_ratio']:.3f}x, not met, and "
+            f"{window1['step_ratio']:.2f}x" in cells[gpu_step]), cells[gpu_step]
     assert scaler["iteration_ratio"] <= 1.02
     assert all(channels_last for _, channels_last in resnet)
     assert all("channels_last only" in cells[key] for key in cells if "best layout" in key[0])
