@@ -8,6 +8,7 @@ warnings as errors), so that a smoke run costs no PyTorch start-up; on a GPU the
 
 import argparse
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -83,6 +84,16 @@ def test_the_command_names_no_folder_of_the_machine(monkeypatch):
     )
     monkeypatch.setattr(sys, "argv", ["/elsewhere/tool.py", str(records.ROOT)])
     assert records.this_command() == "python tool.py ."
+
+
+def test_no_committed_record_names_a_folder_of_the_machine():
+    commands = {
+        path: json.loads(path.read_text(encoding="utf-8")).get("command", "")
+        for path in (records.ROOT / "data" / "results").rglob("*.json")
+    }
+    assert any(commands.values())
+    for path, command in commands.items():
+        assert not any(os.path.isabs(a.partition("=")[2] or a) for a in command.split()), path
 
 
 def test_the_commit_comes_from_the_argument_the_variable_or_git(monkeypatch):
