@@ -20,7 +20,9 @@ class Table:
         One mapping per row; the first row's keys (plus any new keys of later rows) name the
         columns, in order.
     float_format : str, optional
-        Format spec for floats, e.g. ``".4g"``; whole numbers below 10 million print in full.
+        Format spec for floats, e.g. ``".4g"``; whole numbers below 10 million print in full
+        (with ``"#"``, the alternate form, as the spec writes them where it needs no exponent:
+        ``1.000`` beside ``0.8530`` for ``"#.4g"``, but ``65504``).
     title : str, optional
         A caption printed above the table.
 
@@ -97,9 +99,11 @@ class Table:
             return "yes" if value else "no"
         if _is_float_scalar(value):
             value = float(value)  # a NumPy float16 or float32 scalar as well as a Python float
-            if value.is_integer() and abs(value) < 1e7:
+            text = format(value, self.float_format)
+            if value.is_integer() and abs(value) < 1e7 and ("#" not in self.float_format
+                                                            or "e" in text.lower()):
                 return str(int(value))  # 65504, not 6.55e+04
-            return format(value, self.float_format)
+            return text
         return str(value)
 
     def _text_rows(self) -> Sequence[list[str]]:

@@ -56,3 +56,11 @@ def test_bad_float_format_and_title_are_refused_at_once():
         Table([{"a": 1.5}], float_format=3)
     with pytest.raises(TypeError, match="title"):
         Table([{"a": 1}], title=5)
+
+
+def test_the_alternate_form_keeps_the_zeros_of_whole_numbers_without_an_exponent():
+    rows = [{"x": 1.0}, {"x": 0.853}, {"x": 65504.0}, {"x": 2.0**30}]
+    assert [r.split()[0] for r in repr(Table(rows, float_format="#.4g")).splitlines()[2:]] == [
+        "1.000", "0.8530", "65504", "1.074e+09"]
+    assert [r.split()[0] for r in repr(Table(rows, float_format=".4g")).splitlines()[2:]] == [
+        "1", "0.853", "65504", "1.074e+09"]
