@@ -340,12 +340,72 @@ def test_scaled_mm_accumulation_on_the_cpu_ignores_the_flag_and_sums_in_fp32():
         assert 0 <= r["fast_accum=False: max relative error"] < 1e-6
 
 
-_AMX = hardware.report().cpu_features
+_E4M3, _E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
-# with AMX-INT8 or AMX-FP16, torch's CPU _scaled_mm takes oneDNN, not the FP32 emulation
+def _with_flags(monkeypatch, *flags):
+    features = {flag: flag in flags for flag in hardware._CPU_FLAGS}
+    fake = hardware.HardwareReport("3.11", "Linux x86_64", "test CPU", 2, features)
+    monkeypatch.setattr(hardware, "_CACHE", {"report": fake})
+
+
+@pytest.mark.parametrize(
+    ("flags", "same", "mixed"),
+    [
+        (("avx2", "avx512f", "avx512_bf16"), "emulated", "emulated"),
+        (("avx512_bf16", "amx_bf16", "amx_int8"), "onednn", "emulated"),  # Sapphire Rapids
+        (("amx_bf16", "amx_int8", "amx_fp16"), "onednn", "onednn"),  # Granite Rapids
+        (("amx_fp16",), "emulated", "onednn"),
+    ],
+)
+def test_scaled_mm_kernel_follows_the_amx_flags_per_operand_pair(monkeypatch, flags, same, mixed):
+    _with_flags(monkeypatch, *flags)
+    if not torch.backends.mkldnn.is_available():
+        same = mixed = "emulated"
+    assert mpt.scaled_mm_kernel(_E4M3, _E4M3) == same
+    assert mpt.scaled_mm_kernel(_E5M2, _E5M2, torch.device("cpu")) == same
+    assert mpt.scaled_mm_kernel(_E4M3, _E5M2) == mixed
+    assert mpt.scaled_mm_kernel(_E5M2, _E4M3, "cpu") == mixed
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False  # oneDNN off: always the FP32 product
+    try:
+        assert mpt.scaled_mm_kernel(_E4M3, _E4M3) == "emulated"
+        assert mpt.scaled_mm_kernel(_E4M3, _E5M2) == "emulated"
+    finally:
+        torch.backends.mkldnn.enabled = enabled
+    assert mpt.scaled_mm_kernel(_E4M3, _E5M2, "cuda:0") == "cuda"  # no GPU needed to name it
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "device", "error", "match"),
+    [
+        (torch.float16, _E4M3, "cpu", ValueError, "a_dtype must be float8_e4m3fn or float8_e5m2"),
+        (_E4M3, torch.float32, "cpu", ValueError, "b_dtype must be float8_e4m3fn"),
+        ("float8_e4m3fn", _E4M3, "cpu", TypeError, "a_dtype must be a torch.dtype"),
+        (_E4M3, _E4M3, "mps", ValueError, "device must be 'cpu' or a CUDA device"),
+        (_E4M3, _E4M3, "gpu", ValueError, "device must be 'cpu' or a CUDA device"),
+        (_E4M3, _E4M3, 0, TypeError, "device must be a torch.device or its name"),
+    ],
+)
+def test_scaled_mm_kernel_refuses_bad_input(a, b, device, error, match):
+    with pytest.raises(error, match=match):
+        mpt.scaled_mm_kernel(a, b, device)
+
+
+def test_scaled_mm_kernel_names_what_runs_here():
+    # the emulation's result is an FP32 product of the scaled operands, bit for bit
+    a = torch.rand(16, 64, generator=torch.Generator().manual_seed(1)).to(_E4M3)
+    sa, sb = torch.tensor(0.37), torch.tensor(1.9)
+    out = torch._scaled_mm(a, a.T, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    emulation = (a.float() * sa) @ (a.float() * sb).T
+    if mpt.scaled_mm_kernel(_E4M3, _E4M3) == "emulated":
+        assert torch.equal(out, emulation)
+    else:  # oneDNN's FP8 kernel: the same product up to its own rounding
+        torch.testing.assert_close(out, emulation, rtol=1e-2, atol=1e-3)
+
+
 @pytest.mark.skipif(
-    torch.backends.mkldnn.is_available() and (_AMX["amx_int8"] or _AMX["amx_fp16"]),
+    mpt.scaled_mm_kernel(_E4M3, _E4M3) != "emulated",
     reason="this CPU's _scaled_mm runs oneDNN's FP8 kernel, not the FP32 emulation",
 )
 def test_scaled_mm_accumulation_on_the_cpu_is_the_fp32_emulation():

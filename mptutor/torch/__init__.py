@@ -16,7 +16,7 @@ from mptutor import hardware
 from mptutor.torch._decoder import Decoder, MarkovChain, next_token_loss
 from mptutor.torch._distributed import WorkerError, Workers, choose_backend, launch
 from mptutor.torch._fp4 import FP4Linear, hadamard_transform, nvfp4_fake_quantize, to_fp4
-from mptutor.torch._fp8 import FP8Linear, scaled_mm_accumulation, to_fp8
+from mptutor.torch._fp8 import FP8Linear, scaled_mm_accumulation, scaled_mm_kernel, to_fp8
 from mptutor.torch._headroom import headroom, stochastic_round
 from mptutor.torch._master_weights import (
     MasterWeightOptimizer,
@@ -38,7 +38,7 @@ __all__ = [
     "tensor_core_kernels", "count_host_syncs", "find_nonfinite", "tensor_core_audit",
     "Workers", "launch", "WorkerError", "choose_backend",
     "headroom", "stochastic_round",
-    "FP8Linear", "to_fp8", "scaled_mm_accumulation",
+    "FP8Linear", "to_fp8", "scaled_mm_accumulation", "scaled_mm_kernel",
     "FP4Linear", "to_fp4", "nvfp4_fake_quantize", "hadamard_transform",
     "import_torchao", "Decoder", "MarkovChain", "next_token_loss",
 ]  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mptutor import hardware
 from mptutor._checks import check_scalar, check_type
 from mptutor.torch._swap import swap_linears
 
@@ -231,6 +232,63 @@ def to_fp8(model: nn.Module, skip: Collection[str] = (), **options: Any) -> nn.M
     return swap_linears(model, skip, build, "to_fp8", "FP8Linear")
 
 
+def scaled_mm_kernel(
+    a_dtype: torch.dtype, b_dtype: torch.dtype, device: str | torch.device = "cpu"
+) -> str:
+    """Name the kernel ``torch._scaled_mm`` runs for FP8 operands of these types on ``device``.
+
+    On a CPU, PyTorch's ``_scaled_mm_out_cpu`` (``aten/src/ATen/native/Blas.cpp``) takes oneDNN's
+    FP8 kernel while oneDNN is enabled (``torch.backends.mkldnn``) and the CPU has AMX-INT8 (both
+    operands of one format) or AMX-FP16 (E4M3 times E5M2); otherwise it converts the operands to
+    FP32, multiplies them by their scales and runs an FP32 matrix product, whose result an FP32
+    product of the same numbers reproduces bit for bit. The CPU's flags are read from
+    :func:`mptutor.hardware.report`. The answer is for one scale per operand (tensorwise
+    scaling); recent PyTorch sources send per-row scales to the emulation on every CPU.
+
+    Parameters
+    ----------
+    a_dtype, b_dtype : torch.dtype
+        The operands' types: ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``.
+    device : str or torch.device, optional
+        ``"cpu"`` or a CUDA device.
+
+    Returns
+    -------
+    str
+        ``"emulated"`` (the FP32 product), ``"onednn"`` or ``"cuda"``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an operand type that is not one of the two FP8 types, or another device.
+    """
+    fp8 = tuple(_DTYPES.values())
+    for name, dtype in (("a_dtype", a_dtype), ("b_dtype", b_dtype)):
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"{name} must be a torch.dtype, got {dtype!r}")
+        if dtype not in fp8:
+            raise ValueError(f"{name} must be float8_e4m3fn or float8_e5m2, got {dtype}")
+    device = _check_device(device)
+    if device.type == "cuda":
+        return "cuda"
+    flags = hardware.report().cpu_features
+    amx = flags.get("amx_int8") if a_dtype == b_dtype else flags.get("amx_fp16")
+    onednn = torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+    return "onednn" if onednn and amx else "emulated"
+
+
+def _check_device(device: str | torch.device) -> torch.device:
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(f"device must be 'cpu' or a CUDA device, got {device!r}") from err
+    check_type(device, "device", torch.device, "a torch.device or its name")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or a CUDA device, got {str(device)!r}")
+    return device
+
+
 def scaled_mm_accumulation(
     device: str | torch.device = "cpu", ks: Collection[int] = (1024, 4096, 16384), rows: int = 32
 ) -> list[dict[str, Any]]:
@@ -243,7 +301,7 @@ def scaled_mm_accumulation(
     of the same FP8 values.
     Then the same operands with scales that are not powers of two (0.37 and 1.9), against the FP32
     product of the operands converted to FP32 and multiplied by their scales (what PyTorch
-    computes on a CPU where oneDNN has no FP8 kernel: without AMX-INT8 or AMX-FP16).
+    computes on a CPU where :func:`scaled_mm_kernel` says ``"emulated"``).
 
     Parameters
     ----------
@@ -271,14 +329,7 @@ def scaled_mm_accumulation(
         Before any work, if ``device`` is a CUDA device and PyTorch sees no GPU; from
         ``torch._scaled_mm``, on a GPU without FP8 Tensor Cores.
     """
-    if isinstance(device, str):
-        try:
-            device = torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(f"device must be 'cpu' or a CUDA device, got {device!r}") from err
-    check_type(device, "device", torch.device, "a torch.device or its name")
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or a CUDA device, got {str(device)!r}")
+    device = _check_device(device)
     if isinstance(ks, (str, bytes)) or not isinstance(ks, Collection) or not ks:
         raise TypeError(f"ks must be a non-empty collection of ints, got {ks!r}")
     sizes = [check_scalar(k, "each of ks", int, min_val=16) for k in ks]
