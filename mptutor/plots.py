@@ -141,6 +141,7 @@ def format_ranges(
     if clipped:
         beyond = "goes on beyond the axis"
         handles.append(Line2D([], [], ls="", marker=">", ms=8, color="black", label=beyond))
+    handles.append(Line2D([], [], color="grey", lw=0.8, ls=":", label="1 = 2**0"))
     ax.legend(handles=handles, loc="lower left", fontsize=8, framealpha=0.95)
     return fig
 

@@ -50,7 +50,9 @@ def test_format_ranges_marks_the_bars_cut_by_the_axis():
     # fp32 (row 1) goes on beyond both edges, fp16 (row 0) fits
     assert sorted(marks) == [("<", -40, 1), (">", 20, 1)]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["normal values", "subnormal values", "goes on beyond the axis"]
+    assert legend == ["normal values", "subnormal values", "goes on beyond the axis", "1 = 2**0"]
+    (one,) = [line for line in ax.lines if line.get_linestyle() == ":"]  # the line the legend names
+    assert list(one.get_xdata()) == [0, 0]
     # labels sit outside the plotting area, so no bar hides them
     assert not ax.texts
 
@@ -63,6 +65,7 @@ def test_format_ranges_without_limits_fits_fp32():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         "normal values",
         "subnormal values",
+        "1 = 2**0",
     ]
 
 
