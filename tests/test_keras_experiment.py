@@ -309,6 +309,42 @@ def test_plot_step_times_marks_every_line():
         plt.close(fig)
 
 
+@pytest.mark.parametrize(("batches", "log"), [((32, 64, 128), False), ((32, 512), True)])
+def test_plot_step_times_keeps_every_marker_visible(batches, log):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [  # the two precisions and the two models coincide at every point
+        {"precision": p, "batch": n, "ms/step": 2.0 * n, "images/s": 500.0}
+        for p in ("fp32", "amp_fp16", "amp_bf16")
+        for n in batches
+    ]
+    fig = kc.plot_step_times({"blog model": rows, "changed model": rows}, "test")
+    try:
+        for ax in fig.axes:
+            assert ax.get_xscale() == ax.get_yscale() == ("log" if log else "linear")
+            assert (ax.get_legend() is not None) == (not log or ax is fig.axes[0])
+            lines = {line.get_label(): line for line in ax.get_lines()}
+            sizes = {label.split(", ")[1]: line.get_markersize() for label, line in lines.items()}
+            assert sizes["fp32"] < sizes["amp_fp16"] < sizes["amp_bf16"]  # rings around fp32
+            assert all(lines[f"blog model, {p}"].get_markerfacecolor() == "none"
+                       for p in ("amp_fp16", "amp_bf16"))  # fmt: skip
+            xs = {m: np.asarray(lines[f"{m} model, fp32"].get_xdata()) for m in ("blog", "changed")}
+            assert (xs["blog"] < batches).all() and (xs["changed"] > batches).all()  # apart
+            if not log:
+                assert ax.get_ylim()[0] == 0 and ax.get_xlim()[0] == 0
+    finally:
+        plt.close(fig)
+
+
+def test_plot_step_times_refuses_rows_without_batches():
+    with pytest.raises(ValueError, match="positive batch sizes"):
+        kc.plot_step_times({"blog model": []}, "test")
+
+
 # --- the script ---------------------------------------------------------------------------------
 
 

@@ -160,61 +160,85 @@ _MARKERS = "o^sDv"
 
 
 def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure:
-    """Plot step time and throughput against batch size, both axes logarithmic.
+    """Plot step time and throughput against batch size.
 
-    One colour and marker per run; ``fp32`` solid with filled markers, other precisions other
-    line styles with open markers (lines on top of each other stay visible); round tick values.
+    Batch sizes within a factor of 4 of each other (a CPU run's few sizes) get linear axes from
+    zero and a legend on each panel; a wider range (a GPU run's 32 to 512) gets logarithmic axes,
+    round tick values and the legend on the left panel. One colour and marker shape per run,
+    one line style per precision; no marker hides another where two series meet: ``fp32`` has
+    small filled markers, each other precision open rings, larger for each further precision,
+    and with several runs each run's points move a little to either side of their batch size
+    (2% of the largest batch size, on log axes of the span in octaves; the first run to the
+    left).
 
     Parameters
     ----------
     runs : dict
-        Label: rows with ``precision`` (a name of :data:`mptutor.formats.PRECISIONS`),
-        ``batch``, ``ms/step`` and ``images/s``.
+        Label (a model's name, say): rows with ``precision`` (a name of
+        :data:`mptutor.formats.PRECISIONS`), ``batch``, ``ms/step`` and ``images/s``.
     title : str
         The figure's title: say where the numbers were measured.
 
     Returns
     -------
     matplotlib.figure.Figure
-        Two panels: milliseconds per step, and images per second.
+        Two panels: milliseconds per step, and images per second; each line is labelled
+        ``"<run>, <precision>"``.
+
+    Raises
+    ------
+    ValueError
+        If no row has a positive batch size, before anything is drawn.
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     batches = sorted({r["batch"] for rows in runs.values() for r in rows})
-    for i, (label, rows) in enumerate(runs.items()):
+    if not batches or batches[0] <= 0:
+        raise ValueError(f"runs must hold rows with positive batch sizes, got {batches}")
+    log = batches[-1] > 4 * batches[0]
+    span = np.log2(batches[-1] / batches[0]) if log else batches[-1]
+    order = {}  # each run's precisions, the known ones first, and every precision's ring size
+    for label, rows in runs.items():
         present = {r["precision"] for r in rows}
-        for precision in [p for p in _LINES if p in present] + sorted(present - set(_LINES)):
+        order[label] = [p for p in _LINES if p in present] + sorted(present - set(_LINES))
+    rings = [p for p in dict.fromkeys(p for ps in order.values() for p in ps) if p != "fp32"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    for i, (label, rows) in enumerate(runs.items()):
+        shift = 0.02 * span * (2 * i - (len(runs) - 1))
+        for precision in order[label]:
             sel = sorted((r for r in rows if r["precision"] == precision), key=lambda r: r["batch"])
-            if not sel:
-                continue
+            x = np.array([r["batch"] for r in sel], float)
+            x = x * 2**shift if log else x + shift
+            if precision == "fp32":
+                marker = {"ms": 6, "mfc": f"C{i}"}
+            else:
+                marker = {"ms": 10 + 4 * rings.index(precision), "mfc": "none", "mew": 1.5}
             for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
-                ax.plot(
-                    [r["batch"] for r in sel],
-                    [r[key] for r in sel],
-                    _LINES.get(precision, "-."),
-                    marker=_MARKERS[i % len(_MARKERS)],
-                    ms=7,
-                    mfc=f"C{i}" if precision == "fp32" else "white",
-                    color=f"C{i}",
-                    label=f"{label}, {precision}",
-                )
+                ax.plot(x, [r[key] for r in sel], _LINES.get(precision, "-."), color=f"C{i}",
+                        marker=_MARKERS[i % len(_MARKERS)], label=f"{label}, {precision}",
+                        **marker)  # fmt: skip
     for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        if log:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
         ax.set_xticks(batches, [str(n) for n in batches])
         ax.set_xticks([], minor=True)
         values = [r[key] for rows in runs.values() for r in rows]
-        if max(values) < 4 * min(values):  # a narrow range: evenly spaced round values
+        if not log or max(values) < 4 * min(values):  # evenly spaced round values
             ax.yaxis.set_major_locator(MaxNLocator(6, steps=[1, 2, 2.5, 5, 10]))
         else:  # 1, 2, 3 and 5 times each power of ten
             ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter("")
+        if not log:
+            ax.set_ylim(bottom=0)
+            ax.set_xlim(0, 1.1 * batches[-1])
+            ax.legend(fontsize=8)
         ax.set_xlabel("batch size")
         ax.set_ylabel({"ms/step": "ms per training step", "images/s": "images per second"}[key])
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
+    if log:
+        axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
