@@ -186,8 +186,8 @@ class Format:
 
         Half the spacing at ``w``, relative to ``w``: this at a power of two, shrinking towards
         :attr:`always_lost_update_ratio` just below the next; in between, lost or kept by ``w``.
-        For weights in the normal range: below the smallest normal value the spacing stays that
-        of the subnormals, so a subnormal weight can lose larger ratios.
+        The update is taken after its own rounding to the format, as it is added; before it, an
+        update below :attr:`smallest_normal` can round by a large share of itself.
         """
         return self.eps / 2
 
@@ -195,7 +195,7 @@ class Format:
     def always_lost_update_ratio(self) -> float:
         """Largest ``|update / weight|`` always rounded away: ``2**-(mantissa_bits + 2)``.
 
-        For every weight, subnormal ones included (they lose larger ratios as well).
+        The update is taken after its own rounding to the format, as it is added.
         """
         return self.eps / 4
 
@@ -474,7 +474,7 @@ def update_survives(weight: Any, update: Any, fmt: Any) -> np.ndarray | np.bool_
 def lost_update_ratio(fmt: Any) -> float:
     """Largest ``|update / weight|`` that can be lost: ``2**-(mantissa_bits + 1)`` (fp16: 2**-11).
 
-    For a weight in the format's normal range; a subnormal weight can lose larger ratios.
+    The update is taken after its own rounding to the format, as it is added.
 
     Parameters
     ----------
