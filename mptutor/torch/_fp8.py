@@ -242,8 +242,11 @@ def scaled_mm_kernel(
     operands of one format) or AMX-FP16 (E4M3 times E5M2); otherwise it converts the operands to
     FP32, multiplies them by their scales and runs an FP32 matrix product, whose result an FP32
     product of the same numbers reproduces bit for bit. The CPU's flags are read from
-    :func:`mptutor.hardware.report`. The answer is for one scale per operand (tensorwise
-    scaling); recent PyTorch sources send per-row scales to the emulation on every CPU.
+    :func:`mptutor.hardware.report` (``/proc/cpuinfo``: on another system it sees no AMX and
+    answers ``"emulated"``). The answer is for one scale per operand (tensorwise scaling); recent
+    PyTorch sources send per-row scales to the emulation on every CPU. On a CUDA device the
+    answer is ``"cuda"`` whatever the GPU: cuBLASLt's FP8 kernels need FP8 Tensor Cores (Ada,
+    Hopper or later) and refuse two E5M2 operands, and ``torch._scaled_mm`` raises there.
 
     Parameters
     ----------
