@@ -334,8 +334,10 @@ def test_plot_step_times_keeps_every_marker_visible(batches, log):
                        for p in ("amp_fp16", "amp_bf16"))  # fmt: skip
             xs = {m: np.asarray(lines[f"{m} model, fp32"].get_xdata()) for m in ("blog", "changed")}
             assert (xs["blog"] < batches).all() and (xs["changed"] > batches).all()  # apart
-            if not log:
+            if not log:  # from zero, and the rings at the top stay inside the frame
                 assert ax.get_ylim()[0] == 0 and ax.get_xlim()[0] == 0
+                top = max(max(line.get_ydata()) for line in lines.values())
+                assert ax.get_ylim()[1] >= 1.1 * top
     finally:
         plt.close(fig)
 

@@ -231,8 +231,8 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
             ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter("")
-        if not log:
-            ax.set_ylim(bottom=0)
+        if not log:  # from zero, with room above the largest ring
+            ax.set_ylim(0, 1.12 * max(values))
             ax.set_xlim(0, 1.1 * batches[-1])
             ax.legend(fontsize=8)
         ax.set_xlabel("batch size")
