@@ -162,13 +162,14 @@ _MARKERS = "o^sDv"
 def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure:
     """Plot step time and throughput against batch size.
 
-    Batch sizes within a factor of 4 of each other (a CPU run's few sizes) get linear axes from
-    zero and a legend on each panel; a wider range (a GPU run's 32 to 512) gets logarithmic axes,
-    round tick values and the legend on the left panel. One colour and marker shape per run,
-    one line style per precision; no marker hides another where two series meet: ``fp32`` has
-    small filled markers, each other precision open rings, larger for each further precision,
-    and with several runs each run's points move a little to either side of their batch size
-    (2% of the largest batch size, on log axes of the span in octaves; the first run to the
+    Batch sizes within a factor of 4 of each other (a CPU run's few sizes) get linear axes, the y
+    axis from zero, and a legend on each panel; a wider range (a GPU run's 32 to 512) gets a
+    logarithmic batch axis, a logarithmic y axis where its values span a factor of 4 or more (linear
+    from zero otherwise), round tick values and the legend on the left panel. One colour and marker
+    shape per run, one line style per precision; no marker hides another where two series meet:
+    ``fp32`` has small filled markers, each other precision open rings, larger for each further
+    precision, and with several runs each run's points move a little to either side of their batch
+    size (2% of the largest batch size, on log axes of the span in octaves; the first run to the
     left).
 
     Parameters
@@ -219,21 +220,23 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
                         marker=_MARKERS[i % len(_MARKERS)], label=f"{label}, {precision}",
                         **marker)  # fmt: skip
     for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
+        values = [r[key] for rows in runs.values() for r in rows]
+        log_y = log and max(values) >= 4 * min(values)  # a log axis only over a wide range
         if log:
             ax.set_xscale("log", base=2)
+        if log_y:  # 1, 2, 3 and 5 times each power of ten
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
+        else:  # evenly spaced round values, from zero, with room above the largest ring
+            ax.yaxis.set_major_locator(MaxNLocator(6, steps=[1, 2, 2.5, 5, 10]))
+            ax.set_ylim(0, 1.12 * max(values))
         ax.set_xticks(batches, [str(n) for n in batches])
         ax.set_xticks([], minor=True)
-        values = [r[key] for rows in runs.values() for r in rows]
-        if not log or max(values) < 4 * min(values):  # evenly spaced round values
-            ax.yaxis.set_major_locator(MaxNLocator(6, steps=[1, 2, 2.5, 5, 10]))
-        else:  # 1, 2, 3 and 5 times each power of ten
-            ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter("")
-        if not log:  # from zero, with room above the largest ring
-            ax.set_ylim(0, 1.12 * max(values))
-            ax.set_xlim(0, 1.1 * batches[-1])
+        if not log:  # a quarter of the batch sizes' range on either side
+            pad = 0.25 * ((batches[-1] - batches[0]) or batches[0])
+            ax.set_xlim(batches[0] - pad, batches[-1] + pad)
             ax.legend(fontsize=8)
         ax.set_xlabel("batch size")
         ax.set_ylabel({"ms/step": "ms per training step", "images/s": "images per second"}[key])
