@@ -487,6 +487,8 @@ def lost_update_ratio(fmt: Any) -> float:
 def always_lost_update_ratio(fmt: Any) -> float:
     """Largest ``|update / weight|`` lost whatever the weight: ``2**-(mantissa_bits + 2)``.
 
+    The update is taken after its own rounding to the format, as it is added.
+
     Parameters
     ----------
     fmt : str or dtype
