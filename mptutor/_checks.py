@@ -23,15 +23,10 @@ def _bound(value: float) -> str:
 
 
 def check_scalar(
-    value: Any,
-    name: str,
-    kind: type[int] | type[float] = float,
-    *,
-    min_val: float | None = None,
-    max_val: float | None = None,
-    include_boundaries: Literal["both", "left", "right", "neither"] = "both",
-    allow_none: bool = False,
-) -> Any:
+    value: Any, name: str, kind: type[int] | type[float] = float, *, min_val: float | None = None,
+    max_val: float | None = None, include_boundaries: Literal["both", "left", "right", "neither"] =
+    "both", allow_none: bool = False,
+) -> Any:  # fmt: skip
     """Return a finite ``int`` (or ``float``: any real) within bounds as a Python number.
 
     ``TypeError`` for another kind (booleans included), ``ValueError`` for NaN, infinity or a

@@ -231,13 +231,9 @@ def _table(results: list[_Result]) -> Table:
 
 
 def _run_all(
-    paths: list[str],
-    out: Path | None,
-    timeout: int,
-    html: bool,
-    append: bool,
-    budgets: dict[str, float] | None = None,
-) -> list[_Result]:
+    paths: list[str], out: Path | None, timeout: int, html: bool, append: bool, budgets: dict[str,
+    float] | None = None,
+) -> list[_Result]:  # fmt: skip
     """Execute every notebook, printing progress; write the summary into ``out``."""
     notebooks = _find_notebooks(paths)
     _budget_for(budgets, [_key(p) for p in notebooks], "the budget file")

@@ -1,5 +1,5 @@
 """Shared test configuration: Hypothesis profiles, headless matplotlib, required frameworks, the
-`gpu` marker policy.
+`gpu` marker policy, a fake CPU for the hardware report (`cpu_flags`).
 
 Hypothesis: the ``ci`` profile is loaded by default. It is derandomized (every run draws the
 same examples, so a failure reproduces and a pass means the same everywhere) and keeps no
@@ -45,6 +45,19 @@ else:
     )
     settings.register_profile("deep", max_examples=1000, deadline=None)
     settings.load_profile("ci")  # `--hypothesis-profile=deep` loads another one after this
+
+
+@pytest.fixture
+def cpu_flags(monkeypatch):
+    """Make ``mptutor.hardware.report()`` describe a CPU with exactly the flags given to it."""
+    from mptutor import hardware
+
+    def set_flags(*flags: str) -> None:
+        features = {flag: flag in flags for flag in hardware._CPU_FLAGS}
+        fake = hardware.HardwareReport("3.11", "Linux x86_64", "test CPU", 2, features)
+        monkeypatch.setattr(hardware, "_CACHE", {"report": fake})
+
+    return set_flags
 
 
 def _required_frameworks() -> list[str]:

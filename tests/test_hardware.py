@@ -156,13 +156,6 @@ def test_pick_by_a_torch_device_and_a_bad_one():
         hardware.pick(cpu=1, gpu=2, on=3)
 
 
-def _with_flags(monkeypatch, *flags):
-    """A report whose CPU has exactly ``flags``."""
-    features = {flag: flag in flags for flag in hardware._CPU_FLAGS}
-    fake = hardware.HardwareReport("3.11", "Linux x86_64", "test CPU", 2, features)
-    monkeypatch.setattr(hardware, "_CACHE", {"report": fake})
-
-
 @pytest.mark.parametrize(
     ("flags", "cap", "bf16", "fp16"),
     [
@@ -181,9 +174,9 @@ def _with_flags(monkeypatch, *flags):
     ],
 )
 def test_cpu_native_counts_what_the_cpu_has_and_the_cap_allows(
-    monkeypatch, flags, cap, bf16, fp16
+    monkeypatch, cpu_flags, flags, cap, bf16, fp16
 ):
-    _with_flags(monkeypatch, *flags)
+    cpu_flags(*flags)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     if cap is None:
         monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
@@ -193,7 +186,7 @@ def test_cpu_native_counts_what_the_cpu_has_and_the_cap_allows(
     assert hardware.cpu_native("fp16") == fp16
 
 
-def test_onednn_isa_cap_reads_both_names(monkeypatch):
+def test_onednn_isa_cap_reads_both_names(monkeypatch, cpu_flags):
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     assert hardware.onednn_isa_cap() == "ALL"
@@ -202,10 +195,10 @@ def test_onednn_isa_cap_reads_both_names(monkeypatch):
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     assert hardware.onednn_isa_cap() == "AVX512_CORE"
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", " avx2")  # oneDNN knows no such level: no cap
-    _with_flags(monkeypatch, "avx512_bf16")
+    cpu_flags("avx512_bf16")
     assert hardware.cpu_native("bf16") == ("avx512_bf16",)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
-    _with_flags(monkeypatch, "avx512_bf16")
+    cpu_flags("avx512_bf16")
     assert hardware.cpu_native("bf16") == ()
 
 

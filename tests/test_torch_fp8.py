@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from torch import nn  # noqa: E402
 
-from mptutor import fp8, hardware  # noqa: E402
+from mptutor import fp8  # noqa: E402
 from mptutor import torch as mpt  # noqa: E402
 from mptutor.torch import _fp8  # noqa: E402
 from mptutor.torch._fp8 import _cast  # noqa: E402
@@ -343,12 +343,6 @@ def test_scaled_mm_accumulation_on_the_cpu_ignores_the_flag_and_sums_in_fp32():
 _E4M3, _E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
-def _with_flags(monkeypatch, *flags):
-    features = {flag: flag in flags for flag in hardware._CPU_FLAGS}
-    fake = hardware.HardwareReport("3.11", "Linux x86_64", "test CPU", 2, features)
-    monkeypatch.setattr(hardware, "_CACHE", {"report": fake})
-
-
 @pytest.mark.parametrize(
     ("flags", "same", "mixed"),
     [
@@ -358,8 +352,8 @@ def _with_flags(monkeypatch, *flags):
         (("amx_fp16",), "emulated", "onednn"),
     ],
 )
-def test_scaled_mm_kernel_follows_the_amx_flags_per_operand_pair(monkeypatch, flags, same, mixed):
-    _with_flags(monkeypatch, *flags)
+def test_scaled_mm_kernel_follows_the_amx_flags_per_operand_pair(cpu_flags, flags, same, mixed):
+    cpu_flags(*flags)
     if not torch.backends.mkldnn.is_available():
         same = mixed = "emulated"
     assert mpt.scaled_mm_kernel(_E4M3, _E4M3) == same

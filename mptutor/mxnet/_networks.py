@@ -55,14 +55,9 @@ def round_up(value: int, multiple: int = 8) -> int:
 
 
 def get_network(
-    name: str,
-    classes: int,
-    dtype: str = "float32",
-    ctx: mx.Context | None = None,
-    *,
-    pretrained: bool = False,
-    classes_multiple: int = 1,
-) -> gluon.HybridBlock:
+    name: str, classes: int, dtype: str = "float32", ctx: mx.Context | None = None, *, pretrained:
+    bool = False, classes_multiple: int = 1,
+) -> gluon.HybridBlock:  # fmt: skip
     """Build a model-zoo network, initialise it, hybridise it and cast it, as the tutorial does.
 
     Parameters
@@ -184,14 +179,9 @@ class Loaders:
 
 
 def image_folder_loaders(
-    train_root: str | os.PathLike[str],
-    test_root: str | os.PathLike[str],
-    image_size: int = 224,
-    batch_size: int = 64,
-    num_workers: int = 0,
-    *,
-    pin_memory: bool = False,
-) -> Loaders:
+    train_root: str | os.PathLike[str], test_root: str | os.PathLike[str], image_size: int = 224,
+    batch_size: int = 64, num_workers: int = 0, *, pin_memory: bool = False,
+) -> Loaders:  # fmt: skip
     """Build the tutorial's input pipeline on two ``<class>/<image>`` folders.
 
     Short edge resized to ``image_size``, centre crop, CHW float32 normalised with ImageNet's

@@ -102,12 +102,9 @@ def _trainer(net: gluon.Block, dtype: str, multi_precision: bool, lr: Any) -> gl
 
 
 def make_trainer(
-    net: gluon.Block,
-    dtype: str = "float32",
-    multi_precision: bool = True,
-    *,
-    learning_rate: float = 0.05,
-) -> gluon.Trainer:
+    net: gluon.Block, dtype: str = "float32", multi_precision: bool = True, *, learning_rate: float
+    = 0.05,
+) -> gluon.Trainer:  # fmt: skip
     """Create the tutorial's trainer: SGD, momentum 0.9, weight decay 1e-4, float32 masters.
 
     Parameters
@@ -154,17 +151,10 @@ def _gpu_memory_used(ctx: mx.Context) -> float | None:
 
 
 def train(
-    net: gluon.Block,
-    train_data: Iterable[Any],
-    test_data: Iterable[Any],
-    epochs: int,
-    dtype: str = "float32",
-    multi_precision: bool = True,
-    *,
-    learning_rate: float = 0.05,
-    progress: bool = True,
+    net: gluon.Block, train_data: Iterable[Any], test_data: Iterable[Any], epochs: int, dtype: str =
+    "float32", multi_precision: bool = True, *, learning_rate: float = 0.05, progress: bool = True,
     history: History | None = None,
-) -> History:
+) -> History:  # fmt: skip
     """Train a classifier with softmax cross-entropy, the same loop for every type.
 
     Batches are cast to float16 for a float16 network, outputs to float32 before the loss;

@@ -62,15 +62,9 @@ def _why_not(precision: str, device: str | torch.device, shape: Sequence[int] = 
 
 
 def _make_product(
-    precision: str,
-    m: int,
-    n: int,
-    k: int,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    input_sets: int = 1,
-    fp8_fast_accum: bool = False,
-) -> Callable[[], torch.Tensor]:
+    precision: str, m: int, n: int, k: int, device: str | torch.device = "cpu", seed: int = 0,
+    input_sets: int = 1, fp8_fast_accum: bool = False,
+) -> Callable[[], torch.Tensor]:  # fmt: skip
     """Return a function computing ``A @ B``, cycling through ``input_sets`` seeded pairs."""
     # TF32 is a setting while the product runs; FP8 runs through torch._scaled_mm: B
     # column-major, scales of 1, a BF16 result; fp8_fast_accum skips cuBLAS's periodic promotion
@@ -116,16 +110,9 @@ def _ramp_clocks(device: str | torch.device, seconds: float) -> None:
 
 
 def measure_gemm(
-    precision: str,
-    m: int,
-    n: int,
-    k: int,
-    device: str | torch.device = "cpu",
-    repeats: int = 10,
-    min_sample_s: float | None = None,
-    graph: bool = True,
-    fp8_fast_accum: bool = False,
-) -> dict[str, Any]:
+    precision: str, m: int, n: int, k: int, device: str | torch.device = "cpu", repeats: int = 10,
+    min_sample_s: float | None = None, graph: bool = True, fp8_fast_accum: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     """Time one product shape in one precision; a row of a GEMM sweep.
 
     Seeded standard normal inputs; TF32 on for ``"tf32"`` only, throughout (:func:`tf32`). On a
@@ -179,15 +166,10 @@ def measure_gemm(
 
 
 def gemm_sweep(
-    sizes: Sequence[int],
-    device: str | torch.device = "cpu",
-    precisions: Sequence[str] | None = None,
-    repeats: int = 10,
-    min_sample_s: float | None = None,
-    graph: bool = True,
-    fp8_fast_accum: bool = False,
-    clock_warmup_s: float = 2.0,
-) -> list[dict[str, Any]]:
+    sizes: Sequence[int], device: str | torch.device = "cpu", precisions: Sequence[str] | None =
+    None, repeats: int = 10, min_sample_s: float | None = None, graph: bool = True, fp8_fast_accum:
+    bool = False, clock_warmup_s: float = 2.0,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Square products ``n x n x n`` for each size and the size minus one, in each precision.
 
     Each ``n`` next to ``n - 1`` shows what alignment is worth; on a GPU, FP16 products run for

@@ -84,13 +84,9 @@ def tf32(enabled: bool) -> Iterator[None]:
 
 
 def time_calls(
-    fn: Callable[[], Any],
-    device: str | torch.device = "cpu",
-    repeats: int = 10,
-    warmup: int = 3,
-    min_sample_s: float | None = None,
-    graph: bool = True,
-) -> Timing:
+    fn: Callable[[], Any], device: str | torch.device = "cpu", repeats: int = 10, warmup: int = 3,
+    min_sample_s: float | None = None, graph: bool = True,
+) -> Timing:  # fmt: skip
     """Time ``fn`` called back to back, so that each sample takes at least ``min_sample_s``.
 
     The calls per sample (``inner``) grow until a sample takes ``min_sample_s`` (at most

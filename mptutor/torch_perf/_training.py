@@ -30,16 +30,10 @@ _MODES: dict[str, tuple[bool, torch.dtype | None, bool, str]] = {
 
 
 def measure_training(
-    build_model: Callable[[], nn.Module],
-    mode: str,
-    batch: int,
-    image_size: int,
-    classes: int,
-    device: str | torch.device = "cpu",
-    steps: int = 20,
-    warmup: int = 5,
-    channels_last: bool = False,
-) -> dict[str, Any]:
+    build_model: Callable[[], nn.Module], mode: str, batch: int, image_size: int, classes: int,
+    device: str | torch.device = "cpu", steps: int = 20, warmup: int = 5, channels_last: bool =
+    False,
+) -> dict[str, Any]:  # fmt: skip
     """Time training steps of an image classifier in one mode; peak GPU memory on a GPU.
 
     A fresh model (seed 0) is trained with SGD and momentum on one synthetic batch, with
@@ -132,15 +126,10 @@ _LAYOUTS = {"NCHW": torch.contiguous_format, "channels_last": torch.channels_las
 
 
 def conv_step_times(
-    batch: int,
-    channels: int,
-    sides: Sequence[int],
-    dtype: torch.dtype = torch.float32,
-    autotune: bool = False,
-    layouts: Sequence[str] = ("NCHW", "channels_last"),
-    device: str | torch.device = "cpu",
-    repeats: int = 10,
-) -> list[dict[str, Any]]:
+    batch: int, channels: int, sides: Sequence[int], dtype: torch.dtype = torch.float32, autotune:
+    bool = False, layouts: Sequence[str] = ("NCHW", "channels_last"), device: str | torch.device =
+    "cpu", repeats: int = 10,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Time a 3x3 convolution's forward and backward pass: its first call, then the median.
 
     For each image side and layout, a seeded ``Conv2d(channels, channels, 3, padding=1)`` takes
@@ -198,15 +187,9 @@ def conv_step_times(
 
 
 def _conv_steps(
-    batch: int,
-    channels: int,
-    sides: list[int],
-    dtype: str,
-    autotune: bool,
-    layouts: list[str],
-    device: str,
-    repeats: int,
-) -> list[dict[str, Any]]:
+    batch: int, channels: int, sides: list[int], dtype: str, autotune: bool, layouts: list[str],
+    device: str, repeats: int,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Run :func:`conv_step_times` in this process."""
     dtype_ = getattr(torch, dtype)
     before = torch.backends.cudnn.benchmark
