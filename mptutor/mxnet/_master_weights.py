@@ -51,7 +51,7 @@ def _master_copy(
     if state is None:
         return None
     # Where create_state_multi_precision puts the float32 copy: the base Optimizer (Adam,
-    # LAMB, ...) returns (master, state); SGD, NAG, LARS, LBSGD, which define their own,
+    # LAMB, LBSGD, ...) returns (master, state); SGD, NAG and LARS, which define their own,
     # return (state, master).
     own = type(optimizer).create_state_multi_precision
     master = state[0 if own is mx.optimizer.Optimizer.create_state_multi_precision else 1]

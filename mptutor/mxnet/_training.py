@@ -1,4 +1,4 @@
-"""Training and evaluation: the tutorial's trainer, one loop for every type, accuracy."""
+"""Training and evaluation: the lessons' trainer, one loop for every type, accuracy."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def make_trainer(
     net: gluon.Block, dtype: str = "float32", multi_precision: bool = True, *, learning_rate: float
     = 0.05,
 ) -> gluon.Trainer:  # fmt: skip
-    """Create the tutorial's trainer: SGD, momentum 0.9, weight decay 1e-4, float32 masters.
+    """Create the lessons' trainer: SGD, momentum 0.9, weight decay 1e-4, float32 masters.
 
     Parameters
     ----------
