@@ -41,7 +41,9 @@ def tf32_settings() -> dict[str, Any]:
     -------
     dict
         ``api``: ``"fp32_precision"`` or ``"allow_tf32"``; ``matmul`` and ``cudnn_conv``: the
-        raw settings (``"ieee"``, ``"tf32"`` or ``"none"``: inherited; booleans with the second).
+        settings as PyTorch's getters report them (``"ieee"``, ``"tf32"`` or ``"none"``; a
+        ``"none"`` that a setting above it resolves, such as ``torch.backends.fp32_precision``,
+        reads as that setting's value; booleans with the second).
     """
     api, matmul, conv = _tf32_switches()
     return {"api": api, "matmul": getattr(matmul, api), "cudnn_conv": getattr(conv, api)}
@@ -63,7 +65,9 @@ def tf32(enabled: bool) -> Iterator[None]:
 
     Inside the ``with`` block ``torch.backends.cuda.matmul`` and ``torch.backends.cudnn.conv``
     take ``fp32_precision`` ``"tf32"`` or ``"ieee"`` (or the older ``allow_tf32`` flags); the
-    previous settings come back on exit. Nothing changes on a CPU: TF32 is a GPU format.
+    previous settings, as :func:`tf32_settings` reads them, are written back on exit, so one that
+    was inherited from a setting above it keeps that value afterwards. No CPU computation
+    changes: TF32 is a GPU format.
 
     Parameters
     ----------
