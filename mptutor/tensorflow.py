@@ -2,7 +2,8 @@
 
 Import it before TensorFlow itself (``from mptutor import tensorflow as mtf``): it sets
 ``TF_CPP_MIN_LOG_LEVEL=3`` unless set, and drops TensorFlow's import notices on standard error
-("oneDNN custom operations are on ..."); anything else printed is passed on.
+("oneDNN custom operations are on ..."); anything else printed is passed on. It needs Keras on
+its TensorFlow backend and raises ``ImportError`` when ``KERAS_BACKEND`` selects another.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def _import_quietly(*names: str) -> list[ModuleType]:
 
 
 keras, tf = _import_quietly("keras", "tensorflow")
+if keras.backend.backend() != "tensorflow":  # everything below takes TensorFlow's tensors
+    raise ImportError(
+        f"mptutor.tensorflow needs Keras on its TensorFlow backend, but KERAS_BACKEND (or"
+        f" keras.json) selects {keras.backend.backend()!r}: unset KERAS_BACKEND or set it to"
+        " 'tensorflow' before Keras is first imported"
+    )
 
 from mptutor import hardware, scaling  # noqa: E402
 from mptutor._checks import check_scalar, check_type, optional_positive  # noqa: E402

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -310,3 +314,12 @@ def test_bad_constructor_arguments_name_themselves(argument, bad, error):
     args[argument] = bad
     with pytest.raises(error, match=argument):
         mtf.LossScaledStep(**args)
+
+
+def test_another_keras_backend_is_refused_at_import():
+    pytest.importorskip("torch", reason="the refused backend here is Keras's PyTorch one")
+    env = {**os.environ, "KERAS_BACKEND": "torch"}
+    run = subprocess.run([sys.executable, "-c", "import mptutor.tensorflow"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "ImportError" in run.stderr and "KERAS_BACKEND" in run.stderr and "'torch'" in run.stderr
