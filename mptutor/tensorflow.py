@@ -3,7 +3,8 @@
 Import it before TensorFlow itself (``from mptutor import tensorflow as mtf``): it sets
 ``TF_CPP_MIN_LOG_LEVEL=3`` unless set, and drops TensorFlow's import notices on standard error
 ("oneDNN custom operations are on ..."); anything else printed is passed on. It needs Keras on
-its TensorFlow backend and raises ``ImportError`` when ``KERAS_BACKEND`` selects another.
+its TensorFlow backend: it raises ``ImportError`` before importing anything when
+``KERAS_BACKEND`` selects another, and after importing Keras when ``keras.json`` does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ import tempfile
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+_BACKEND_ERROR = (
+    "mptutor.tensorflow needs Keras on its TensorFlow backend, but {where} selects {name!r}: unset"
+    " KERAS_BACKEND or set it to 'tensorflow' before Keras is first imported"
+)
+_CHOSEN = os.environ.get("KERAS_BACKEND", "")  # Keras's own rule: set and non-empty wins
+if _CHOSEN not in ("", "tensorflow"):  # refused before any import
+    raise ImportError(_BACKEND_ERROR.format(where="KERAS_BACKEND", name=_CHOSEN))
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -44,12 +53,8 @@ def _import_quietly(*names: str) -> list[ModuleType]:
 
 
 keras, tf = _import_quietly("keras", "tensorflow")
-if keras.backend.backend() != "tensorflow":  # everything below takes TensorFlow's tensors
-    raise ImportError(
-        f"mptutor.tensorflow needs Keras on its TensorFlow backend, but KERAS_BACKEND (or"
-        f" keras.json) selects {keras.backend.backend()!r}: unset KERAS_BACKEND or set it to"
-        " 'tensorflow' before Keras is first imported"
-    )
+if keras.backend.backend() != "tensorflow":  # keras.json chose another: found only after import
+    raise ImportError(_BACKEND_ERROR.format(where="keras.json", name=keras.backend.backend()))
 
 from mptutor import hardware, scaling  # noqa: E402
 from mptutor._checks import check_scalar, check_type, optional_positive  # noqa: E402
