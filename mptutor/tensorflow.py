@@ -53,8 +53,9 @@ def _import_quietly(*names: str) -> list[ModuleType]:
 
 
 keras, tf = _import_quietly("keras", "tensorflow")
-if keras.backend.backend() != "tensorflow":  # keras.json chose another: found only after import
-    raise ImportError(_BACKEND_ERROR.format(where="keras.json", name=keras.backend.backend()))
+_CHOSEN = keras.backend.backend()  # keras.json's choice shows only after the import
+if isinstance(_CHOSEN, str) and _CHOSEN != "tensorflow":  # not a str: Keras mocked (API docs)
+    raise ImportError(_BACKEND_ERROR.format(where="keras.json", name=_CHOSEN))
 
 from mptutor import hardware, scaling  # noqa: E402
 from mptutor._checks import check_scalar, check_type, optional_positive  # noqa: E402
