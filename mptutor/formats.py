@@ -71,7 +71,7 @@ PRECISIONS: dict[str, str] = {
     "tf32": "FP32 storage, matrix products with TF32 inputs and FP32 sums",
     "fp16": "FP16 storage and products, FP32 sums",
     "bf16": "BF16 storage and products, FP32 sums",
-    "fp8_e4m3": "FP8 E4M3 inputs with a scale each, FP32 output (Hopper sums more narrowly)",
+    "fp8_e4m3": "FP8 E4M3 inputs with a scale each, FP32 sums (Hopper sums more narrowly)",
     "amp_fp16": "FP32 weights, FP16 products (autocast, mixed_float16), loss scaling",
     "amp_bf16": "FP32 weights, BF16 products (autocast, mixed_bfloat16)",
 }
