@@ -235,10 +235,11 @@ def train(
             y = y.as_in_context(ctx)
             if dtype == "float16":
                 x = x.astype("float16", copy=False)
-            # MXNet 1.9 updates a BatchNorm's running statistics in its backward pass. The
-            # first layer of a ResNet v2 is a BatchNorm of the input with nothing to learn, so
-            # its backward runs only if the input asks for a gradient; without this its
-            # running mean and variance stay 0 and 1.
+            # On a CPU MXNet 1.9 updates a BatchNorm's running statistics in its backward pass
+            # (a CUDA build's cuDNN BatchNorm does it in the forward pass). The first layer of
+            # a ResNet v2 is a BatchNorm of the input with nothing to learn, so on a CPU its
+            # backward runs only if the input asks for a gradient; without this its running
+            # mean and variance stay 0 and 1.
             x.attach_grad()
             with autograd.record():
                 out = net(x).astype("float32", copy=False)
@@ -361,8 +362,9 @@ def refresh_statistics(
 ) -> int:
     """Fold training batches into every BatchNorm's running averages, the weights left fixed.
 
-    Each batch goes forward in training mode and back (MXNet 1.9 updates the running averages
-    in the backward pass), with no optimizer step: what the averages held weighs
+    Each batch goes forward in training mode and back (on a CPU MXNet 1.9 updates the running
+    averages in the backward pass; a CUDA build's cuDNN BatchNorm, in the forward pass), with no
+    optimizer step: what the averages held weighs
     ``momentum**batches`` afterwards. Scoring before and after tells lagging averages (the
     accuracy jumps) from weights that have not learned.
 
@@ -395,7 +397,7 @@ def refresh_statistics(
         images = images.as_in_context(ctx)
         if dtype == "float16":
             images = images.astype("float16", copy=False)
-        images.attach_grad()  # as in training: the first BatchNorm's backward must run
+        images.attach_grad()  # as in training: on a CPU the first BatchNorm's backward must run
         with autograd.record():  # training mode: each BatchNorm uses the batch's statistics
             out = net(images)
         out.backward()
