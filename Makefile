@@ -53,26 +53,37 @@ MXNET_FRAMEWORKS := mxnet
 MAIN_NOTEBOOKS := notebooks/pytorch notebooks/keras
 MXNET_NOTEBOOKS := notebooks/gluon
 # Both lanes of `make test` and `make run` compute on one thread each: every notebook is held by
-# one core (pytorch/10 took 77.5 s under strict nbval on one thread and 78.6 s on two, gluon/02
-# 198 s on one thread against 196 s on two, both alone on the 2-core AVX512-BF16 EPYC), and two
-# jobs that each start a thread per core on two cores make every small operation wait for a core
-# (pytorch/11 took 151 s beside a busy loop with two threads, 31 s with one). Their outputs are
-# the same on one thread or two.
+# one core (pytorch/10 took 77.5 s under strict nbval on one thread and 78.6 s on two, both alone
+# on the 2-core AVX512-BF16 EPYC), and two jobs that each start a thread per core on two cores
+# make every small operation wait for a core (pytorch/11 took 151 s beside a busy loop with two
+# threads, 31 s with one). Their outputs are the same on one thread or two.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1
+# gluon/02, the longest notebook, runs alone, after the lanes, on every core: told nothing, MXNet
+# 1.9 computed on one thread of the 2-core Xeon (a ResNet-50 v2 training step at 32 px: 0.65 s;
+# 0.62 s with OMP_NUM_THREADS=1, 0.30 s with 2), and under strict nbval gluon/02 took 226 s alone
+# on two threads there, against 483 s on one thread in a lane (on the 2-core AVX512-BF16 EPYC two
+# threads made no difference: 198 s against 196 s).
+ALL_THREADS := OMP_NUM_THREADS=$(shell nproc 2>/dev/null || echo 1)
 # The main environment's notebooks that share the two cores with one other job: every one whose
 # lesson times nothing (no claim compares speeds). Named by number; a notebook not named here, a
 # new one included, runs alone, after the lanes, as do those whose lessons time something
 # (pytorch/00, 06, keras/02). The lanes are balanced by the times of a fresh clone's `make test`
-# and `make run` on the 2-core AVX512-BF16 EPYC: under `make test` TEST_AFTER_GLUON run in the
-# MXNet environment's lane after its unit tests and the Gluon track (72 + 287 s), the others after
-# the main unit tests (224 s), and the lanes took 507 and 518 s; under `make run`, which has no
-# unit tests, RUN_AFTER_GLUON follow the Gluon track, the others run beside it (343 and 375 s).
+# on the 2-core Xeon with AMX (the main unit tests 318 s, the MXNet ones 92 s, gluon/01 45 s) and
+# on the 2-core AVX512-BF16 EPYC: under `make test` TEST_AFTER_GLUON run in the MXNet
+# environment's lane after its unit tests and gluon/01, the others after the main unit tests;
+# under `make run`, which has no unit tests, RUN_AFTER_GLUON follow gluon/01, the others run
+# beside them.
 notebooks_named = $(foreach n,$(1),$(wildcard notebooks/$(n)-*.ipynb))
 SHARED_NOTEBOOKS := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/03 pytorch/04 \
     pytorch/05 pytorch/07 pytorch/08 pytorch/09 pytorch/10 pytorch/11 pytorch/12 keras/01 keras/03)
-TEST_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/04 pytorch/07 pytorch/08 \
-    pytorch/09 pytorch/11 keras/03)
-RUN_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/04 pytorch/07 pytorch/08 pytorch/11)
+TEST_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/04 pytorch/05 \
+    pytorch/07 pytorch/08 pytorch/09 pytorch/10 pytorch/11 keras/03)
+RUN_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/04 pytorch/07 pytorch/08 \
+    pytorch/09 pytorch/10 pytorch/11)
+# The Gluon track: gluon/01 in the MXNet environment's lane, the rest alone on every core.
+MXNET_SHARED_NOTEBOOKS := $(call notebooks_named,gluon/01)
+MXNET_ALONE_NOTEBOOKS = $(filter-out $(MXNET_SHARED_NOTEBOOKS),\
+    $(sort $(wildcard $(MXNET_NOTEBOOKS)/*.ipynb)))
 ALONE_NOTEBOOKS = $(filter-out $(SHARED_NOTEBOOKS),\
     $(foreach d,$(MAIN_NOTEBOOKS),$(sort $(wildcard $(d)/*.ipynb))))
 
@@ -127,18 +138,18 @@ $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
 # `make test` keeps both cores of a 2-core machine busy in two lanes, each on one thread
 # (ONE_THREAD, above). The main environment's lane: its unit tests, whose report comes first, then
 # strict nbval of the shared notebooks not in TEST_AFTER_GLUON. The MXNet environment's lane, beside
-# it: its unit tests, strict nbval of the Gluon track, then (in the main environment)
-# TEST_AFTER_GLUON; its log follows. Then the notebooks that run alone. Every part runs even if
-# another failed; the exit status is non-zero if any did. Budgets are wall-clock seconds: no
-# notebook shares the machine with more than one other job, and those that run alone share it with
-# none.
+# it: its unit tests, strict nbval of gluon/01, then (in the main environment) TEST_AFTER_GLUON; its
+# log follows. Then the notebooks that run alone, the Gluon ones last, on every core. Every part
+# runs even if another failed; the exit status is non-zero if any did. Budgets are wall-clock
+# seconds: no notebook shares the machine with more than one other job, and those that run alone
+# share it with none.
 MXNET_LANE_LOG := build/test-mxnet-environment.log
 test: venvs
 	@mkdir -p build; \
 	{ $(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest \
 	      -p no:cacheprovider --durations=10 tests; unit=$$?; \
-	  $(ONE_THREAD) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS); nb=$$?; \
-	  echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow the Gluon track =="; \
+	  $(ONE_THREAD) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_SHARED_NOTEBOOKS); nb=$$?; \
+	  echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow gluon/01 =="; \
 	  $(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(TEST_AFTER_GLUON); shared=$$?; \
 	  test $$unit -eq 0 && test $$nb -eq 0 && test $$shared -eq 0; } >$(MXNET_LANE_LOG) 2>&1 & \
 	mxnet=$$!; \
@@ -148,11 +159,13 @@ test: venvs
 	$(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(filter-out $(TEST_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
 	shared_rc=$$?; \
 	wait $$mxnet; mxnet_rc=$$?; \
-	echo "== $(MXNET_VENV): unit tests, then strict nbval of $(MXNET_NOTEBOOKS), run beside the above (exit $$mxnet_rc) =="; \
+	echo "== $(MXNET_VENV): unit tests, then strict nbval of $(MXNET_SHARED_NOTEBOOKS), run beside the above (exit $$mxnet_rc) =="; \
 	cat $(MXNET_LANE_LOG); \
 	echo "== $(MAIN_VENV): strict nbval of the notebooks that run alone =="; \
 	$(MAIN_PY) -m pytest $(NBVAL) $(ALONE_NOTEBOOKS); alone_rc=$$?; \
-	for rc in $$main_rc $$shared_rc $$mxnet_rc $$alone_rc; do test $$rc -eq 0 || exit 1; done
+	echo "== $(MXNET_VENV): strict nbval of the Gluon notebooks that run alone, on every core =="; \
+	$(ALL_THREADS) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_ALONE_NOTEBOOKS); gluon_rc=$$?; \
+	for rc in $$main_rc $$shared_rc $$mxnet_rc $$alone_rc $$gluon_rc; do test $$rc -eq 0 || exit 1; done
 
 # The unit tests print their ten slowest; strict nbval prints the seconds of every notebook.
 # The MXNet environment's unit tests run beside the main ones, one process each on the two cores
@@ -172,28 +185,29 @@ test-unit: venvs
 
 test-notebooks: venvs
 	$(MAIN_PY) -m pytest $(NBVAL) $(MAIN_NOTEBOOKS)
-	$(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS)
+	$(ALL_THREADS) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS)
 
-# The Gluon track (MXNet environment), then RUN_AFTER_GLUON, run beside the other shared notebooks
-# (main environment), then the notebooks that run alone; every runner appends to one summary
-# (build/summary.json, .txt). Both environments run even when one has a failing notebook.
-# Without a Python 3.11 for the MXNet environment the PyTorch and Keras tracks still run and the
-# Gluon track is reported as not run. The exit status is non-zero if any notebook failed or did not
-# run.
+# gluon/01 (MXNet environment), then RUN_AFTER_GLUON, run beside the other shared notebooks (main
+# environment), then the notebooks that run alone, the Gluon ones last, on every core; every runner
+# appends to one summary (build/summary.json, .txt). Both environments run even when one has a
+# failing notebook. Without a Python 3.11 for the MXNet environment the PyTorch and Keras tracks
+# still run and the Gluon track is reported as not run. The exit status is non-zero if any notebook
+# failed or did not run.
 RUNNER = -m mptutor.notebooks --out build --append --budgets $(BUDGETS)
 run: run-venvs
 	@rc=0; mkdir -p build; rm -f build/summary.json build/summary.txt; \
 	{ lane=0; \
-	  if test -x $(MXNET_PY); then $(ONE_THREAD) $(MXNET_PY) $(RUNNER) $(MXNET_NOTEBOOKS) || lane=1; \
+	  if test -x $(MXNET_PY); then $(ONE_THREAD) $(MXNET_PY) $(RUNNER) $(MXNET_SHARED_NOTEBOOKS) || lane=1; \
 	  else echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; lane=1; fi; \
 	  $(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(RUN_AFTER_GLUON) || lane=1; \
 	  exit $$lane; } >build/run-gluon.log 2>&1 & gluon=$$!; \
 	$(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(filter-out $(RUN_AFTER_GLUON),$(SHARED_NOTEBOOKS)) || rc=1; \
 	wait $$gluon || rc=1; \
-	echo "== $(MXNET_NOTEBOOKS), then the shared notebooks that follow it, run beside the above =="; \
+	echo "== $(MXNET_SHARED_NOTEBOOKS), then the shared notebooks that follow it, run beside the above =="; \
 	cat build/run-gluon.log; \
 	echo "== the notebooks that run alone =="; \
 	$(MAIN_PY) $(RUNNER) $(ALONE_NOTEBOOKS) || rc=1; \
+	if test -x $(MXNET_PY); then $(ALL_THREADS) $(MXNET_PY) $(RUNNER) $(MXNET_ALONE_NOTEBOOKS) || rc=1; fi; \
 	$(MAIN_PY) docs/build_site.py --notebooks build || rc=1; \
 	exit $$rc
 
@@ -203,7 +217,7 @@ site: $(MAIN_STAMP)
 notebooks: venvs
 	@rc=0; \
 	$(MAIN_PY) -m mptutor.notebooks $(MAIN_NOTEBOOKS) --in-place || rc=1; \
-	$(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --in-place || rc=1; \
+	$(ALL_THREADS) $(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --in-place || rc=1; \
 	exit $$rc
 
 # A GPU host lent for a window: PYTHON is its interpreter with CUDA PyTorch. The window's two

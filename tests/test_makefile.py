@@ -49,7 +49,7 @@ def test_a_python311_on_the_path_is_used_when_python3_is_newer(tmp_path):
     found = _fake_python(bin_dir, "python3.11", version_ok=True)
     out = _make_n(bin_dir, tmp_path, "run")
     assert f"py='{found}'" in out  # the MXNet environment is made with it
-    assert "--append --budgets notebooks/budgets.json notebooks/gluon" in out
+    assert "--append --budgets notebooks/budgets.json notebooks/gluon/01-" in out
 
 
 def test_without_python311_run_says_why_the_gluon_track_did_not_run(tmp_path):
@@ -90,10 +90,11 @@ def test_a_named_mxnet_python_wins(tmp_path):
     assert os.fspath(bin_dir / "python3.11") not in out
 
 
-@pytest.mark.parametrize("target", ["run", "test"])
+@pytest.mark.parametrize("target", ["run", "test", "notebooks"])
 def test_every_notebook_runs_once_in_its_environment(tmp_path, target):
     # the lanes of `make run` and `make test` name each PyTorch and Keras notebook once, in a
-    # command of the main environment, and the Gluon track once, in the MXNet environment's
+    # command of the main environment, and each Gluon notebook once, in the MXNet environment's
+    # (`make notebooks` names the two tracks' folders); gluon/02 runs on every core
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _fake_python(bin_dir, "python3.12", version_ok=False)
@@ -107,10 +108,21 @@ def test_every_notebook_runs_once_in_its_environment(tmp_path, target):
             if "-m pytest" not in command and "-m mptutor.notebooks" not in command:
                 continue  # an echo, a message
             for word in command.split():
-                if word.startswith("notebooks/") and word.endswith((".ipynb", "gluon")):
-                    named.append((word, str(main_py) in command, str(mxnet_py) in command))
-    main = sorted(str(p.relative_to(ROOT)) for d in ("pytorch", "keras")
-                  for p in (ROOT / "notebooks" / d).glob("*.ipynb"))
-    assert sorted(nb for nb, in_main, _ in named if nb != "notebooks/gluon") == main
-    assert all(in_main for nb, in_main, _ in named if nb != "notebooks/gluon")
-    assert [in_mxnet for nb, _, in_mxnet in named if nb == "notebooks/gluon"] == [True]
+                if word.startswith("notebooks/") and word.endswith((".ipynb", "pytorch", "keras",
+                                                                   "gluon")):
+                    named.append((word, str(main_py) in command, str(mxnet_py) in command,
+                                  "MKL_NUM_THREADS=1" in command))
+    tracks = {d: sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks" / d).glob("*.ipynb"))
+              for d in ("pytorch", "keras", "gluon")}
+
+    def expand(word):
+        return tracks.get(word.removeprefix("notebooks/"), [word])
+
+    main = sorted(nb for word, in_main, _, _ in named if in_main for nb in expand(word))
+    gluon = sorted(nb for word, _, in_mxnet, _ in named if in_mxnet for nb in expand(word))
+    assert main == sorted(tracks["pytorch"] + tracks["keras"])
+    assert gluon == tracks["gluon"]
+    assert len(named) == sum(1 for _, in_main, in_mxnet, _ in named if in_main != in_mxnet)
+    gluon02 = [one_thread for word, _, _, one_thread in named
+               if word.startswith("notebooks/gluon/02-")]
+    assert gluon02 in ([], [False])  # alone on every core where it is named on its own
