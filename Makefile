@@ -68,18 +68,18 @@ ALL_THREADS := OMP_NUM_THREADS=$(shell nproc 2>/dev/null || echo 1)
 # lesson times nothing (no claim compares speeds). Named by number; a notebook not named here, a
 # new one included, runs alone, after the lanes, as do those whose lessons time something
 # (pytorch/00, 06, keras/02). The lanes are balanced by the times of a fresh clone's `make test`
-# on the 2-core Xeon with AMX (the main unit tests 318 s, the MXNet ones 92 s, gluon/01 45 s) and
-# on the 2-core AVX512-BF16 EPYC: under `make test` TEST_AFTER_GLUON run in the MXNet
-# environment's lane after its unit tests and gluon/01, the others after the main unit tests;
-# under `make run`, which has no unit tests, RUN_AFTER_GLUON follow gluon/01, the others run
-# beside them.
+# on the 2-core Xeon with AMX, where the MXNet environment's unit tests and gluon/01 (92 s and 45
+# s) end at about the time the main environment is made: under `make test` TEST_AFTER_GLUON run in
+# the MXNet environment's lane after them, the others after the main unit tests (318 s) in the
+# main lane; under `make run`, which has no unit tests, RUN_AFTER_GLUON follow gluon/01, the others
+# run beside them.
 notebooks_named = $(foreach n,$(1),$(wildcard notebooks/$(n)-*.ipynb))
 SHARED_NOTEBOOKS := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/03 pytorch/04 \
     pytorch/05 pytorch/07 pytorch/08 pytorch/09 pytorch/10 pytorch/11 pytorch/12 keras/01 keras/03)
 TEST_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/02 pytorch/04 pytorch/05 \
-    pytorch/07 pytorch/08 pytorch/09 pytorch/10 pytorch/11 keras/03)
-RUN_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/04 pytorch/07 pytorch/08 \
-    pytorch/09 pytorch/10 pytorch/11)
+    pytorch/07 pytorch/08 pytorch/09 pytorch/10 pytorch/11 pytorch/12 keras/03)
+RUN_AFTER_GLUON := $(call notebooks_named,pytorch/01 pytorch/04 pytorch/05 pytorch/07 \
+    pytorch/08 pytorch/09 pytorch/10 pytorch/11)
 # The Gluon track: gluon/01 in the MXNet environment's lane, the rest alone on every core.
 MXNET_SHARED_NOTEBOOKS := $(call notebooks_named,gluon/01)
 MXNET_ALONE_NOTEBOOKS = $(filter-out $(MXNET_SHARED_NOTEBOOKS),\
@@ -108,22 +108,22 @@ MPTUTOR_REQUIRE_GPU ?= 1
 GPU_PLAN := PYTHON=$(PYTHON) GPU_PLAN_REHEARSE=$(if $(filter 0,$(MPTUTOR_REQUIRE_GPU)),1,0) \
             bash benchmarks/gpu-plan.sh
 
-.PHONY: venvs run-venvs test test-unit test-notebooks run site notebooks test-gpu wheelhouse lab lint clean
+.PHONY: venvs test test-unit test-notebooks run site notebooks test-gpu wheelhouse lab lint clean
 
+# pip writes the bytecode of every file it installs (about a third of the main environment's
+# install time). Not with --no-compile: Python would then compile each module the first time it is
+# imported, and a package's invalid escape sequences would warn there, which pytest's
+# filterwarnings = error turns into a failed import (mptutor.torch.import_torchao explains one).
+PIP_INSTALL := --quiet --disable-pip-version-check
 # The two environments are made side by side (pip waits on downloads and disk as much as on the
 # CPU); each stamp is a file target, so a made environment is reused.
 venvs:
 	@$(MAKE) --no-print-directory -j2 $(MAIN_STAMP) $(MXNET_STAMP)
 
-# `make run` makes the MXNet environment only where a Python 3.11 exists for it (see run).
-run-venvs:
-	@$(MAKE) --no-print-directory -j2 $(MAIN_STAMP) \
-	    $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
-
 $(MAIN_STAMP): requirements.txt pyproject.toml
 	@test -x $(MAIN_PY) || $(PYTHON) -m venv $(MAIN_VENV)
-	$(MAIN_PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(MAIN_PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(MAIN_PY) -m pip install $(PIP_INSTALL) -r requirements.txt
+	$(MAIN_PY) -m pip install $(PIP_INSTALL) --no-deps -e .
 	@touch $@
 
 $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
@@ -131,41 +131,60 @@ $(MXNET_STAMP): requirements-mxnet.txt pyproject.toml
 	    test -n "$$py" || { echo "error: $(NO_MXNET_PYTHON)" >&2; exit 2; }; \
 	    "$$py" $(IS_PY311) || { echo "error: MXNET_PYTHON=$$py is not a Python 3.11 with venv and ensurepip" >&2; exit 2; }; \
 	    echo "creating $(MXNET_VENV) with $$py"; "$$py" -m venv $(MXNET_VENV); }
-	$(MXNET_PY) -m pip install --quiet --disable-pip-version-check -r requirements-mxnet.txt
-	$(MXNET_PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(MXNET_PY) -m pip install $(PIP_INSTALL) -r requirements-mxnet.txt
+	$(MXNET_PY) -m pip install $(PIP_INSTALL) --no-deps -e .
 	@touch $@
 
 # `make test` keeps both cores of a 2-core machine busy in two lanes, each on one thread
-# (ONE_THREAD, above). The main environment's lane: its unit tests, whose report comes first, then
-# strict nbval of the shared notebooks not in TEST_AFTER_GLUON. The MXNet environment's lane, beside
-# it: its unit tests, strict nbval of gluon/01, then (in the main environment) TEST_AFTER_GLUON; its
-# log follows. Then the notebooks that run alone, the Gluon ones last, on every core. Every part
-# runs even if another failed; the exit status is non-zero if any did. Budgets are wall-clock
-# seconds: no notebook shares the machine with more than one other job, and those that run alone
-# share it with none.
+# (ONE_THREAD, above), and starts each lane as soon as its environment is made: the MXNet
+# environment is made in about a third of the main one's time (73 s against 183 s in a fresh
+# clone on the 2-core Xeon), so its lane begins while pip still fills the main one. The MXNet
+# environment's lane: its unit tests, strict nbval of gluon/01, then, once the main environment is
+# made, TEST_AFTER_GLUON; its log is printed when the lanes are done. The main environment's lane,
+# beside it: its unit tests, whose report comes first, then strict nbval of the shared notebooks not
+# in TEST_AFTER_GLUON. The lanes are targets of a `make -j2 -k` (test-lanes) that write their exit
+# status to TEST_STATUS. Then the notebooks that run alone, the Gluon ones last, on every core.
+# Every part runs even if another failed; the exit status is non-zero if any part failed or did not
+# run. Budgets are wall-clock seconds: no notebook shares the machine with more than one other job,
+# and those that run alone share it with none.
 MXNET_LANE_LOG := build/test-mxnet-environment.log
-test: venvs
-	@mkdir -p build; \
-	{ $(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest \
-	      -p no:cacheprovider --durations=10 tests; unit=$$?; \
-	  $(ONE_THREAD) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_SHARED_NOTEBOOKS); nb=$$?; \
-	  echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow gluon/01 =="; \
-	  $(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(TEST_AFTER_GLUON); shared=$$?; \
-	  test $$unit -eq 0 && test $$nb -eq 0 && test $$shared -eq 0; } >$(MXNET_LANE_LOG) 2>&1 & \
-	mxnet=$$!; \
-	$(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest \
-	    -p no:cacheprovider --durations=10 tests; main_rc=$$?; \
-	echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow its unit tests =="; \
-	$(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(filter-out $(TEST_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
-	shared_rc=$$?; \
-	wait $$mxnet; mxnet_rc=$$?; \
-	echo "== $(MXNET_VENV): unit tests, then strict nbval of $(MXNET_SHARED_NOTEBOOKS), run beside the above (exit $$mxnet_rc) =="; \
+TEST_STATUS := build/test-status
+TEST_PARTS := main-unit main-shared mxnet-unit gluon-01 after-gluon
+test:
+	@test -x $(MXNET_PY) || test -n '$(MXNET_PYTHON)' || { echo "error: $(NO_MXNET_PYTHON)" >&2; exit 2; }
+	@rm -rf $(TEST_STATUS) && mkdir -p $(TEST_STATUS)
+	-@$(MAKE) --no-print-directory -j2 -k test-lanes
+	@echo "== $(MXNET_VENV): unit tests, strict nbval of $(MXNET_SHARED_NOTEBOOKS), then of the shared notebooks that follow it, run beside the above =="; \
 	cat $(MXNET_LANE_LOG); \
 	echo "== $(MAIN_VENV): strict nbval of the notebooks that run alone =="; \
 	$(MAIN_PY) -m pytest $(NBVAL) $(ALONE_NOTEBOOKS); alone_rc=$$?; \
 	echo "== $(MXNET_VENV): strict nbval of the Gluon notebooks that run alone, on every core =="; \
 	$(ALL_THREADS) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_ALONE_NOTEBOOKS); gluon_rc=$$?; \
-	for rc in $$main_rc $$shared_rc $$mxnet_rc $$alone_rc $$gluon_rc; do test $$rc -eq 0 || exit 1; done
+	rc=0; for part in $(TEST_PARTS); do \
+	    test "$$(cat $(TEST_STATUS)/$$part 2>/dev/null)" = 0 || { rc=1; \
+	    echo "make test: $$part failed or did not run (exit $$(cat $(TEST_STATUS)/$$part 2>/dev/null || echo none))" >&2; }; done; \
+	test $$alone_rc -eq 0 && test $$gluon_rc -eq 0 && test $$rc -eq 0
+
+.PHONY: test-lanes test-lane-main test-lane-mxnet test-lane-after-gluon
+test-lanes: test-lane-main test-lane-after-gluon
+
+test-lane-main: $(MAIN_STAMP)
+	@$(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(MAIN_PY) -m pytest \
+	    -p no:cacheprovider --durations=10 tests; echo $$? >$(TEST_STATUS)/main-unit; \
+	echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow its unit tests =="; \
+	$(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(filter-out $(TEST_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
+	echo $$? >$(TEST_STATUS)/main-shared
+
+test-lane-mxnet: $(MXNET_STAMP)
+	@{ $(ONE_THREAD) MPTUTOR_REQUIRE_FRAMEWORKS=$(MXNET_FRAMEWORKS) $(MXNET_PY) -m pytest \
+	      -p no:cacheprovider --durations=10 tests; echo $$? >$(TEST_STATUS)/mxnet-unit; \
+	  $(ONE_THREAD) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_SHARED_NOTEBOOKS); \
+	  echo $$? >$(TEST_STATUS)/gluon-01; } >$(MXNET_LANE_LOG) 2>&1
+
+test-lane-after-gluon: test-lane-mxnet $(MAIN_STAMP)
+	@{ echo "== $(MAIN_VENV): strict nbval of the shared notebooks that follow gluon/01 =="; \
+	  $(ONE_THREAD) $(MAIN_PY) -m pytest $(NBVAL) $(TEST_AFTER_GLUON); \
+	  echo $$? >$(TEST_STATUS)/after-gluon; } >>$(MXNET_LANE_LOG) 2>&1
 
 # The unit tests print their ten slowest; strict nbval prints the seconds of every notebook.
 # The MXNet environment's unit tests run beside the main ones, one process each on the two cores
@@ -188,28 +207,44 @@ test-notebooks: venvs
 	$(ALL_THREADS) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS)
 
 # gluon/01 (MXNet environment), then RUN_AFTER_GLUON, run beside the other shared notebooks (main
-# environment), then the notebooks that run alone, the Gluon ones last, on every core; every runner
-# appends to one summary (build/summary.json, .txt). Both environments run even when one has a
-# failing notebook. Without a Python 3.11 for the MXNet environment the PyTorch and Keras tracks
-# still run and the Gluon track is reported as not run. The exit status is non-zero if any notebook
-# failed or did not run.
+# environment), each lane from the moment its environment is made, as under `make test`; then the
+# notebooks that run alone, the Gluon ones last, on every core; every runner appends to one summary
+# (build/summary.json, .txt). Both environments run even when one has a failing notebook. Without a
+# Python 3.11 for the MXNet environment the PyTorch and Keras tracks still run and the Gluon track
+# is reported as not run. The exit status is non-zero if any notebook failed or did not run.
 RUNNER = -m mptutor.notebooks --out build --append --budgets $(BUDGETS)
-run: run-venvs
-	@rc=0; mkdir -p build; rm -f build/summary.json build/summary.txt; \
-	{ lane=0; \
-	  if test -x $(MXNET_PY); then $(ONE_THREAD) $(MXNET_PY) $(RUNNER) $(MXNET_SHARED_NOTEBOOKS) || lane=1; \
-	  else echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; lane=1; fi; \
-	  $(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(RUN_AFTER_GLUON) || lane=1; \
-	  exit $$lane; } >build/run-gluon.log 2>&1 & gluon=$$!; \
-	$(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(filter-out $(RUN_AFTER_GLUON),$(SHARED_NOTEBOOKS)) || rc=1; \
-	wait $$gluon || rc=1; \
-	echo "== $(MXNET_SHARED_NOTEBOOKS), then the shared notebooks that follow it, run beside the above =="; \
-	cat build/run-gluon.log; \
+RUN_STATUS := build/run-status
+RUN_PARTS := main-shared gluon-01 after-gluon
+RUN_GLUON_LOG := build/run-gluon.log
+run:
+	@rm -rf $(RUN_STATUS) build/summary.json build/summary.txt && mkdir -p $(RUN_STATUS)
+	-@$(MAKE) --no-print-directory -j2 -k run-lanes
+	@rc=0; echo "== $(MXNET_SHARED_NOTEBOOKS), then the shared notebooks that follow it, run beside the above =="; \
+	cat $(RUN_GLUON_LOG); \
 	echo "== the notebooks that run alone =="; \
 	$(MAIN_PY) $(RUNNER) $(ALONE_NOTEBOOKS) || rc=1; \
 	if test -x $(MXNET_PY); then $(ALL_THREADS) $(MXNET_PY) $(RUNNER) $(MXNET_ALONE_NOTEBOOKS) || rc=1; fi; \
 	$(MAIN_PY) docs/build_site.py --notebooks build || rc=1; \
+	for part in $(RUN_PARTS); do test "$$(cat $(RUN_STATUS)/$$part 2>/dev/null)" = 0 || { rc=1; \
+	    echo "make run: $$part failed or did not run" >&2; }; done; \
 	exit $$rc
+
+.PHONY: run-lanes run-lane-main run-lane-gluon run-lane-after-gluon
+run-lanes: run-lane-main run-lane-after-gluon
+
+run-lane-main: $(MAIN_STAMP)
+	@$(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(filter-out $(RUN_AFTER_GLUON),$(SHARED_NOTEBOOKS)); \
+	echo $$? >$(RUN_STATUS)/main-shared
+
+# The MXNet environment only where a Python 3.11 exists for it (see MXNET_PYTHON).
+run-lane-gluon: $(if $(wildcard $(MXNET_PY))$(MXNET_PYTHON),$(MXNET_STAMP))
+	@{ if test -x $(MXNET_PY); then $(ONE_THREAD) $(MXNET_PY) $(RUNNER) $(MXNET_SHARED_NOTEBOOKS); \
+	  else echo "make run: $(MXNET_NOTEBOOKS) did not run: $(NO_MXNET_PYTHON)" >&2; false; fi; \
+	  echo $$? >$(RUN_STATUS)/gluon-01; } >$(RUN_GLUON_LOG) 2>&1
+
+run-lane-after-gluon: run-lane-gluon $(MAIN_STAMP)
+	@$(ONE_THREAD) $(MAIN_PY) $(RUNNER) $(RUN_AFTER_GLUON) >>$(RUN_GLUON_LOG) 2>&1; \
+	echo $$? >$(RUN_STATUS)/after-gluon
 
 site: $(MAIN_STAMP)
 	$(MAIN_PY) docs/build_site.py

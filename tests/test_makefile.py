@@ -126,3 +126,27 @@ def test_every_notebook_runs_once_in_its_environment(tmp_path, target):
     gluon02 = [one_thread for word, _, _, one_thread in named
                if word.startswith("notebooks/gluon/02-")]
     assert gluon02 in ([], [False])  # alone on every core where it is named on its own
+
+
+@pytest.mark.parametrize("command", ["test", "run"])
+def test_each_lane_waits_only_for_its_own_environment(tmp_path, command):
+    # the MXNet environment is made in a third of the main one's time: its lane starts on it
+    # alone, and only the part of it that runs main-environment notebooks waits for both
+    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
+    main_stamp, mxnet_stamp = tmp_path / "m/.installed", tmp_path / "x/.installed"
+    args = [MAKE, "-p", "-n", "-C", str(ROOT), f"MAIN_VENV={main_stamp.parent}",
+            f"MXNET_VENV={mxnet_stamp.parent}", "MXNET_PYTHON=/opt/py/bin/python3.11",
+            f"{command}-lanes"]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=False).stdout
+    prerequisites = {}
+    for line in out.splitlines():
+        name, colon, rest = line.partition(":")
+        if colon and name.startswith(f"{command}-lane") and not rest.startswith("="):
+            prerequisites[name] = rest.split()
+    gluon_lane = "test-lane-mxnet" if command == "test" else "run-lane-gluon"
+    assert prerequisites[f"{command}-lanes"] == [f"{command}-lane-main",
+                                                 f"{command}-lane-after-gluon"]
+    assert prerequisites[f"{command}-lane-main"] == [str(main_stamp)]
+    assert prerequisites[gluon_lane] == [str(mxnet_stamp)]
+    assert sorted(prerequisites[f"{command}-lane-after-gluon"]) == sorted(
+        [gluon_lane, str(main_stamp)])
