@@ -249,10 +249,13 @@ run-lane-after-gluon: run-lane-gluon $(MAIN_STAMP)
 site: $(MAIN_STAMP)
 	$(MAIN_PY) docs/build_site.py
 
+# gluon/01 computes on the one thread its setup cell asks for (an OMP_NUM_THREADS set before it
+# starts would win), gluon/02 on every core, as under `make test` and `make run`.
 notebooks: venvs
 	@rc=0; \
 	$(MAIN_PY) -m mptutor.notebooks $(MAIN_NOTEBOOKS) --in-place || rc=1; \
-	$(ALL_THREADS) $(MXNET_PY) -m mptutor.notebooks $(MXNET_NOTEBOOKS) --in-place || rc=1; \
+	$(MXNET_PY) -m mptutor.notebooks $(MXNET_SHARED_NOTEBOOKS) --in-place || rc=1; \
+	$(ALL_THREADS) $(MXNET_PY) -m mptutor.notebooks $(MXNET_ALONE_NOTEBOOKS) --in-place || rc=1; \
 	exit $$rc
 
 # A GPU host lent for a window: PYTHON is its interpreter with CUDA PyTorch. The window's two
