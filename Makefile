@@ -204,7 +204,8 @@ test-unit: venvs
 
 test-notebooks: venvs
 	$(MAIN_PY) -m pytest $(NBVAL) $(MAIN_NOTEBOOKS)
-	$(ALL_THREADS) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_NOTEBOOKS)
+	$(MXNET_PY) -m pytest $(NBVAL) $(MXNET_SHARED_NOTEBOOKS)
+	$(ALL_THREADS) $(MXNET_PY) -m pytest $(NBVAL) $(MXNET_ALONE_NOTEBOOKS)
 
 # gluon/01 (MXNet environment), then RUN_AFTER_GLUON, run beside the other shared notebooks (main
 # environment), each lane from the moment its environment is made, as under `make test`; then the
