@@ -296,8 +296,9 @@ def test_nbval_prints_seconds_per_notebook_and_fails_over_budget_where_enforced(
         assert done.returncode == (1 if enforced else 0)
     # a notebook with no budget is a usage error before any cell runs, enforced or not
     _budgets(budgets, {"nbs/01-slow.ipynb": 600})
-    done = _nbval(tmp_path, budgets, enforced=False)
-    assert done.returncode == 4 and "no budget for nbs/02-quick.ipynb" in done.stderr
+    for enforced in (True, False):
+        done = _nbval(tmp_path, budgets, enforced)
+        assert done.returncode == 4 and "no budget for nbs/02-quick.ipynb" in done.stderr
 
 
 def notebooks_execute(nb, folder):
