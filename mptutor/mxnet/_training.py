@@ -18,7 +18,6 @@ from mptutor.mxnet._core import (
     _param_dtypes,
     _refuse_after_amp,
     _where_and_how,
-    amp,
     autograd,
     gluon,
     mx,
@@ -90,15 +89,15 @@ def _trainer(net: gluon.Block, dtype: str, multi_precision: bool, lr: Any) -> gl
     """:func:`make_trainer` for a ``dtype`` checked by the caller."""
     lr = check_scalar(lr, "learning_rate", min_val=0, include_boundaries="neither")
     params = {"learning_rate": lr, "momentum": 0.9, "wd": 1e-4, "multi_precision": multi_precision}
-    trainer = gluon.Trainer(net.collect_params(), "sgd", params)
-    if dtype == "bfloat16":
-        if _amp_target() is None:
-            raise RuntimeError(
-                "dtype='bfloat16' needs MXNet AMP: build the network with "
-                "get_network(..., dtype='bfloat16'), which calls amp.init first"
-            )
-        amp.init_trainer(trainer)
-    return trainer
+    if dtype == "bfloat16" and _amp_target() is None:
+        raise RuntimeError(
+            "dtype='bfloat16' needs MXNet AMP: build the network with "
+            "get_network(..., dtype='bfloat16'), which calls amp.init first"
+        )
+    # No amp.init_trainer for bfloat16: it has float32's range, so a loss scale has nothing to
+    # rescue, and MXNet 1.9.1's scaler would still check every gradient for inf/NaN at every
+    # step (LossScaler.has_overflow: multi_all_finite, then a copy of its verdict to the host).
+    return gluon.Trainer(net.collect_params(), "sgd", params)
 
 
 def make_trainer(
@@ -112,7 +111,9 @@ def make_trainer(
     net : mxnet.gluon.Block
         The network.
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
-        Its training type; ``"bfloat16"`` also calls ``amp.init_trainer`` (dynamic loss scaling).
+        Its training type. For ``"bfloat16"`` (MXNet AMP) no loss scaler is attached: bfloat16
+        has float32's range, and ``amp.init_trainer``'s scaler would check every gradient for
+        inf/NaN at every step.
     multi_precision : bool, default True
         Update a float32 copy of every float16 parameter, copied back rounded to float16.
     learning_rate : float, default 0.05
@@ -158,8 +159,8 @@ def train(
     """Train a classifier with softmax cross-entropy, the same loop for every type.
 
     Batches are cast to float16 for a float16 network, outputs to float32 before the loss;
-    with bfloat16, MXNet AMP casts inside and the loss goes through ``amp.scale_loss``. The
-    test set is evaluated after each epoch.
+    with bfloat16, MXNet AMP casts inside, and no loss is scaled (see :func:`make_trainer`).
+    The test set is evaluated after each epoch.
 
     Parameters
     ----------
@@ -211,7 +212,6 @@ def train(
     elif history.epochs:
         first = history.epochs[-1].epoch + 1
     trainer = history.trainer
-    use_amp = dtype == "bfloat16"
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     mx.nd.waitall()
     if _is_gpu(ctx):
@@ -244,11 +244,7 @@ def train(
             with autograd.record():
                 out = net(x).astype("float32", copy=False)
                 loss = loss_fn(out, y)
-                if use_amp:
-                    with amp.scale_loss(loss, trainer) as scaled:
-                        autograd.backward(scaled)
-            if not use_amp:
-                loss.backward()
+            loss.backward()
             trainer.step(x.shape[0])
             total_loss += loss.sum()
             correct += (out.argmax(axis=1) == y.astype("float32", copy=False)).sum()
