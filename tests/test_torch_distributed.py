@@ -75,7 +75,8 @@ def test_launch_times_out_and_cleans_up():
     with pytest.raises(WorkerError, match="within 3 s") as info:
         launch(f"{HERE}:sleep_forever", world_size=2, backend="gloo", timeout=3)
     assert info.value.rank is None
-    assert time.monotonic() - start < 30
+    # the hung workers are ended at once: close()'s 10 s for a polite exit is not waited for
+    assert time.monotonic() - start < 3 + 7
     assert _no_children()
 
 

@@ -259,8 +259,8 @@ class Workers:
             completed = True
             return _Run(results, self._logs(), self.backend, time.perf_counter() - start)
         finally:
-            if not completed:  # an error or an interruption: nobody may be left waiting
-                self.close()
+            if not completed:  # an error, a timeout or an interruption: end the workers now,
+                self._close(grace=0.0)  # since a rank may hang in its target or a collective
 
     def _collect(self, deadline: float) -> list[Any]:
         """Wait for every rank's result; a WorkerError on a failure, a death or the deadline."""
@@ -293,11 +293,15 @@ class Workers:
 
     def close(self) -> None:
         """End the worker processes (politely, then by force) and remove their files."""
+        self._close(grace=10.0)
+
+    def _close(self, grace: float) -> None:
+        """:meth:`close`, waiting up to ``grace`` seconds for the processes to leave."""
         if self._finalizer is not None:
             for tasks, process in zip(self._tasks, self._processes, strict=True):
                 if process.is_alive():
                     tasks.put(None)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + grace
             for process in self._processes:
                 process.join(max(0.0, deadline - time.monotonic()))
             self._finalizer()
