@@ -112,8 +112,8 @@ def make_trainer(
         The network.
     dtype : {"float32", "float16", "bfloat16"}, default "float32"
         Its training type. For ``"bfloat16"`` (MXNet AMP) no loss scaler is attached: bfloat16
-        has float32's range, and ``amp.init_trainer``'s scaler would check every gradient for
-        inf/NaN at every step.
+        has float32's range of normal numbers, and ``amp.init_trainer``'s scaler would check
+        every gradient for inf/NaN at every step (and skip a step that has one).
     multi_precision : bool, default True
         Update a float32 copy of every float16 parameter, copied back rounded to float16.
     learning_rate : float, default 0.05
