@@ -214,7 +214,7 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
             if precision == "fp32":
                 marker = {"ms": 6, "mfc": f"C{i}"}
             else:
-                marker = {"ms": 10 + 4 * rings.index(precision), "mfc": "none", "mew": 1.5}
+                marker = {"ms": 12 + 4 * rings.index(precision), "mfc": "none", "mew": 1.5}
             for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
                 ax.plot(x, [r[key] for r in sel], _LINES.get(precision, "-."), color=f"C{i}",
                         marker=_MARKERS[i % len(_MARKERS)], label=f"{label}, {precision}",
