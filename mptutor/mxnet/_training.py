@@ -94,9 +94,7 @@ def _trainer(net: gluon.Block, dtype: str, multi_precision: bool, lr: Any) -> gl
             "dtype='bfloat16' needs MXNet AMP: build the network with "
             "get_network(..., dtype='bfloat16'), which calls amp.init first"
         )
-    # No amp.init_trainer for bfloat16: it has float32's range of normal numbers, so a loss scale
-    # rescues next to nothing, and MXNet 1.9.1's scaler would still check every gradient for
-    # inf/NaN at every step (LossScaler.has_overflow: multi_all_finite, then asnumpy()).
+    # No amp.init_trainer for bfloat16: see make_trainer's docstring.
     return gluon.Trainer(net.collect_params(), "sgd", params)
 
 
