@@ -160,3 +160,21 @@ def test_skeleton_and_readme_index(path):
     assert f"({_rel(path)})" in (ROOT / "README.md").read_text(encoding="utf-8"), (
         "the README's notebook index links every notebook"
     )
+
+
+@pytest.mark.parametrize("base", ["/tmp", "/var/tmp/ci", "/home/learner/.cache/tmp"])
+def test_nbval_sanitizer_hides_the_notebooks_temporary_folders(base):
+    # strict nbval compares outputs after these rewrites, applied in the file's order, to both the
+    # committed and the new output: a temporary folder must read the same wherever TMPDIR points
+    plugin = pytest.importorskip("nbval.plugin")
+    patterns = plugin.get_sanitize_patterns((ROOT / "tests" / "nbval-sanitize.cfg").read_text())
+
+    def sanitize(text):
+        for regex, replace in patterns:
+            text = re.sub(regex, replace, text)
+        return text
+
+    committed = "Writing /tmp/mptutor-tayrfsti/workers.py\n"  # notebooks/pytorch/08's first output
+    assert sanitize(committed) == "Writing TMPDIR\n"
+    assert sanitize(f"Appending to {base}/mptutor-k2_9xq/workers.py\n") == "Appending to TMPDIR\n"
+    assert sanitize("mptutor-tayrfsti") == "mptutor-tayrfsti"  # a folder's name alone stays

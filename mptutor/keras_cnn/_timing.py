@@ -167,9 +167,10 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
     logarithmic batch axis, a logarithmic y axis where its values span a factor of 4 or more (linear
     from zero otherwise), round tick values and the legend on the left panel. One colour and marker
     shape per run, one line style per precision; no marker hides another where two series meet:
-    ``fp32`` has small filled markers, each other precision open rings, larger for each further
-    precision, and with several runs each run's points move a little to either side of their batch
-    size (2% of the largest batch size, on log axes of the span in octaves; the first run to the
+    ``fp32`` has small filled markers edged in white and drawn on top, each other precision open
+    markers, larger for each further precision, and the points move a little to either side of
+    their batch size: each run by 2% of the largest batch size (on log axes of the span in octaves;
+    the first run to the left), and within a run each precision by a further 0.8% (``fp32`` to the
     left).
 
     Parameters
@@ -199,7 +200,7 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
         raise ValueError(f"runs must hold rows with positive batch sizes, got {batches}")
     log = batches[-1] > 4 * batches[0]
     span = np.log2(batches[-1] / batches[0]) if log else batches[-1]
-    order = {}  # each run's precisions, the known ones first, and every precision's ring size
+    order = {}  # each run's precisions, the known ones first
     for label, rows in runs.items():
         present = {r["precision"] for r in rows}
         order[label] = [p for p in _LINES if p in present] + sorted(present - set(_LINES))
@@ -207,12 +208,13 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     for i, (label, rows) in enumerate(runs.items()):
         shift = 0.02 * span * (2 * i - (len(runs) - 1))
-        for precision in order[label]:
+        for j, precision in enumerate(order[label]):
             sel = sorted((r for r in rows if r["precision"] == precision), key=lambda r: r["batch"])
             x = np.array([r["batch"] for r in sel], float)
-            x = x * 2**shift if log else x + shift
+            step = shift + 0.008 * span * (2 * j - (len(order[label]) - 1))
+            x = x * 2**step if log else x + step
             if precision == "fp32":
-                marker = {"ms": 6, "mfc": f"C{i}"}
+                marker = {"ms": 7, "mfc": f"C{i}", "mec": "white", "mew": 1, "zorder": 3}
             else:
                 marker = {"ms": 12 + 4 * rings.index(precision), "mfc": "none", "mew": 1.5}
             for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
@@ -227,7 +229,7 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
         if log_y:  # 1, 2, 3 and 5 times each power of ten
             ax.set_yscale("log")
             ax.yaxis.set_major_locator(LogLocator(10, subs=(1, 2, 3, 5)))
-        else:  # evenly spaced round values, from zero, with room above the largest ring
+        else:  # evenly spaced round values, from zero, with room above the largest marker
             ax.yaxis.set_major_locator(MaxNLocator(6, steps=[1, 2, 2.5, 5, 10]))
             ax.set_ylim(0, 1.12 * max(values))
         ax.set_xticks(batches, [str(n) for n in batches])
