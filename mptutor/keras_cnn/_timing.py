@@ -214,7 +214,7 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
             step = shift + 0.008 * span * (2 * j - (len(order[label]) - 1))
             x = x * 2**step if log else x + step
             if precision == "fp32":
-                marker = {"ms": 7, "mfc": f"C{i}", "mec": "white", "mew": 1, "zorder": 3}
+                marker = {"ms": 6.5, "mfc": f"C{i}", "mec": "white", "mew": 0.6, "zorder": 3}
             else:
                 marker = {"ms": 12 + 4 * rings.index(precision), "mfc": "none", "mew": 1.5}
             for ax, key in zip(axes, ("ms/step", "images/s"), strict=True):
