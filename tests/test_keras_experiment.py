@@ -319,7 +319,7 @@ def test_plot_step_times_keeps_every_marker_visible(batches, log):
 
     rows = [  # the two precisions and the two models coincide at every point
         {"precision": p, "batch": n, "ms/step": 2.0 * n, "images/s": 500.0}
-        for p in ("fp32", "amp_fp16", "amp_bf16")
+        for p in ("fp32", "tf32", "amp_fp16", "amp_bf16")  # every line style of the GPU runs
         for n in batches
     ]
     fig = kc.plot_step_times({"blog model": rows, "changed model": rows}, "test")
@@ -332,16 +332,16 @@ def test_plot_step_times_keeps_every_marker_visible(batches, log):
             assert (ax.get_legend() is not None) == (not log or ax is fig.axes[0])
             lines = {line.get_label(): line for line in ax.get_lines()}
             sizes = {label.split(", ")[1]: line.get_markersize() for label, line in lines.items()}
-            assert sizes["fp32"] < sizes["amp_fp16"] < sizes["amp_bf16"]  # open, around fp32
+            assert sizes["fp32"] < sizes["tf32"] < sizes["amp_fp16"] < sizes["amp_bf16"]
             assert all(lines[f"blog model, {p}"].get_markerfacecolor() == "none"
-                       for p in ("amp_fp16", "amp_bf16"))  # fmt: skip
+                       for p in ("tf32", "amp_fp16", "amp_bf16"))  # fmt: skip
             fp32_line = lines["blog model, fp32"]  # filled, edged in white, on top
             assert fp32_line.get_markeredgecolor() == "white"
             assert fp32_line.get_zorder() > lines["blog model, amp_fp16"].get_zorder()
             xs = {m: np.asarray(lines[f"{m} model, fp32"].get_xdata()) for m in ("blog", "changed")}
             assert (xs["blog"] < batches).all() and (xs["changed"] > batches).all()  # apart
             # within a run, each precision a little further right, and still left of the next run
-            order = [f"blog model, {p}" for p in ("fp32", "amp_fp16", "amp_bf16")]
+            order = [f"blog model, {p}" for p in ("fp32", "tf32", "amp_fp16", "amp_bf16")]
             order.append("changed model, fp32")
             x = np.array([lines[label].get_xdata() for label in order])
             assert (np.diff(x, axis=0) > 0).all()

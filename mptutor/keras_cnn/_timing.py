@@ -166,12 +166,13 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
     axis from zero, and a legend on each panel; a wider range (a GPU run's 32 to 512) gets a
     logarithmic batch axis, a logarithmic y axis where its values span a factor of 4 or more (linear
     from zero otherwise), round tick values and the legend on the left panel. One colour and marker
-    shape per run, one line style per precision; no marker hides another where two series meet:
-    ``fp32`` has small filled markers edged in white and drawn on top, each other precision open
-    markers, larger for each further precision, and the points move a little to either side of
-    their batch size: each run by 2% of the largest batch size (on log axes of the span in octaves;
-    the first run to the left), and within a run each precision by a further 0.8% (``fp32`` to the
-    left).
+    shape per run, a line style per precision (``fp32`` solid, ``tf32`` dotted, ``amp_fp16``
+    dashed, ``amp_bf16`` and any other dash-dot); no marker hides another where two series meet:
+    ``fp32`` has small filled markers edged in white, drawn over the open markers of each other
+    precision, which grow for each further precision, and the points move a little to either side
+    of their batch size, in fractions of the largest batch size (on log axes, of the span in
+    octaves): the runs' points 4% apart, centred on the batch size, the first run to the left, and
+    within a run the precisions spread over 1.6%, centred on the run's place, ``fp32`` to the left.
 
     Parameters
     ----------
@@ -208,10 +209,12 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     for i, (label, rows) in enumerate(runs.items()):
         shift = 0.02 * span * (2 * i - (len(runs) - 1))
-        for j, precision in enumerate(order[label]):
+        n = len(order[label])  # the run's precisions spread over 1.6%, whatever their number
+        spread = np.linspace(-0.008, 0.008, n) if n > 1 else np.zeros(n)
+        for precision, offset in zip(order[label], spread, strict=True):
             sel = sorted((r for r in rows if r["precision"] == precision), key=lambda r: r["batch"])
             x = np.array([r["batch"] for r in sel], float)
-            step = shift + 0.008 * span * (2 * j - (len(order[label]) - 1))
+            step = shift + offset * span
             x = x * 2**step if log else x + step
             if precision == "fp32":
                 marker = {"ms": 6.5, "mfc": f"C{i}", "mec": "white", "mew": 0.6, "zorder": 3}
