@@ -317,7 +317,7 @@ def test_plot_step_times_keeps_every_marker_visible(batches, log):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [  # the two precisions and the two models coincide at every point
+    rows = [  # the four precisions and the two models coincide at every point
         {"precision": p, "batch": n, "ms/step": 2.0 * n, "images/s": 500.0}
         for p in ("fp32", "tf32", "amp_fp16", "amp_bf16")  # every line style of the GPU runs
         for n in batches
@@ -333,6 +333,8 @@ def test_plot_step_times_keeps_every_marker_visible(batches, log):
             lines = {line.get_label(): line for line in ax.get_lines()}
             sizes = {label.split(", ")[1]: line.get_markersize() for label, line in lines.items()}
             assert sizes["fp32"] < sizes["tf32"] < sizes["amp_fp16"] < sizes["amp_bf16"]
+            styles = {label.split(", ")[1]: line.get_linestyle() for label, line in lines.items()}
+            assert styles == {"fp32": "-", "tf32": ":", "amp_fp16": "--", "amp_bf16": "-."}
             assert all(lines[f"blog model, {p}"].get_markerfacecolor() == "none"
                        for p in ("tf32", "amp_fp16", "amp_bf16"))  # fmt: skip
             fp32_line = lines["blog model, fp32"]  # filled, edged in white, on top
@@ -345,12 +347,15 @@ def test_plot_step_times_keeps_every_marker_visible(batches, log):
             order.append("changed model, fp32")
             x = np.array([lines[label].get_xdata() for label in order])
             assert (np.diff(x, axis=0) > 0).all()
-            if not wide:  # from zero, and the rings at the top stay inside the frame
+            if not wide:  # from zero
                 assert ax.get_ylim()[0] == 0
-                top = max(max(line.get_ydata()) for line in lines.values())
-                assert ax.get_ylim()[1] >= 1.1 * top
-            low, high = ax.get_xlim()  # every shifted point inside the frame
-            assert low < min(xs["blog"]) and max(xs["changed"]) < high
+            fig.canvas.draw()
+            frame = ax.get_window_extent()
+            for line in lines.values():  # every marker whole inside the frame, in pixels
+                radius = line.get_markersize() / 2 * fig.dpi / 72
+                for px, py in ax.transData.transform(line.get_xydata()):
+                    assert frame.x0 + radius < px < frame.x1 - radius, line.get_label()
+                    assert frame.y0 + radius < py < frame.y1 - radius, line.get_label()
     finally:
         plt.close(fig)
 
