@@ -214,8 +214,7 @@ def plot_step_times(runs: dict[str, list[dict[str, Any]]], title: str) -> Figure
         for precision, offset in zip(order[label], spread, strict=True):
             sel = sorted((r for r in rows if r["precision"] == precision), key=lambda r: r["batch"])
             x = np.array([r["batch"] for r in sel], float)
-            step = shift + offset * span
-            x = x * 2**step if log else x + step
+            x = x * 2 ** (shift + offset * span) if log else x + shift + offset * span
             if precision == "fp32":
                 marker = {"ms": 6.5, "mfc": f"C{i}", "mec": "white", "mew": 0.6, "zorder": 3}
             else:
