@@ -56,7 +56,7 @@ MXNET_NOTEBOOKS := notebooks/gluon
 # one core (pytorch/10 took 77.5 s under strict nbval on one thread and 78.6 s on two, both alone
 # on the 2-core AVX512-BF16 EPYC), and two jobs that each start a thread per core on two cores
 # make every small operation wait for a core (pytorch/11 took 151 s beside a busy loop with two
-# threads, 31 s with one). Their outputs are the same on one thread or two.
+# threads, 31 s with one). Their compared outputs are the same on one thread or two.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1
 # gluon/02, the longest notebook, runs alone, after the lanes, on every core: told nothing, MXNet
 # 1.9 computed on one thread of the 2-core Xeon (a ResNet-50 v2 training step at 32 px: 0.65 s;
